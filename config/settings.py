@@ -1,0 +1,161 @@
+"""Steerboard settings, read from the environment (see docs/operations.md).
+
+DATABASE_URL  unset: a SQLite file under var/ in WAL mode; postgres://... for scale-out.
+REDIS_URL     unset: the in-memory channel layer (one process); redis://... for channels_redis.
+"""
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+SECRET_KEY = os.environ.get("SECRET_KEY", "steerboard-development-only-secret-key-change-me")
+DEBUG = _env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "teams",
+    "mailbox",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------
+VAR_DIR = Path(os.environ.get("STEERBOARD_VAR_DIR", BASE_DIR / "var"))
+_default_db = f"sqlite:///{VAR_DIR / 'steerboard.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(os.environ.get("DATABASE_URL", _default_db), conn_max_age=0)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["OPTIONS"] = {
+        # IMMEDIATE takes the write lock at BEGIN, so two writers queue on the
+        # busy timeout instead of failing on a lock upgrade.
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"].setdefault("TEST", {})
+    if os.environ.get("STEERBOARD_TEST_DB"):
+        DATABASES["default"]["TEST"]["NAME"] = os.environ["STEERBOARD_TEST_DB"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channel layer ----------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60, "group_expiry": 86400},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
+
+# --- Auth, REST, static ------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS: list[dict] = []
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "mailbox.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Steerboard API",
+    "DESCRIPTION": "Agent Teams: roster, task board and one durable Steer mailbox.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+}
+
+# --- Steerboard limits and timings (architecture.md section 6) --------------
+STEERBOARD = {
+    "MAX_MESSAGE_BYTES": _env_int("STEERBOARD_MAX_MESSAGE_BYTES", 64 * 1024),
+    "MAX_PENDING_PER_TARGET": _env_int("STEERBOARD_MAX_PENDING_PER_TARGET", 64),
+    "MAX_MEMBERS_PER_TEAM": _env_int("STEERBOARD_MAX_MEMBERS_PER_TEAM", 32),
+    "MAX_TASKS_PER_TEAM": _env_int("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
+    # Seconds between recovery sweeps in each server process; 0 turns the
+    # in-process sweeper off (run `manage.py sweep --loop` instead).
+    "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),
+    # An accepted message undelivered for this long is re-pushed by the sweeper.
+    "REDELIVER_AFTER": _env_float("STEERBOARD_REDELIVER_AFTER", 10.0),
+    # How often wait_agent looks at the database while it waits.
+    "WAIT_POLL_INTERVAL": _env_float("STEERBOARD_WAIT_POLL_INTERVAL", 0.2),
+}

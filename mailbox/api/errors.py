@@ -1,0 +1,66 @@
+"""Every refusal on the wire is ``{"error": {"code", "message"}}`` with a 4xx status."""
+import logging
+
+from django.http import JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from teams.errors import ErrorCode, TeamError
+
+log = logging.getLogger(__name__)
+
+_DRF_CODES = [
+    (drf.NotAuthenticated, ErrorCode.UNAUTHENTICATED),
+    (drf.AuthenticationFailed, ErrorCode.UNAUTHENTICATED),
+    (drf.PermissionDenied, ErrorCode.FORBIDDEN),
+    (drf.NotFound, ErrorCode.NOT_FOUND),
+    (drf.MethodNotAllowed, ErrorCode.METHOD_NOT_ALLOWED),
+    (drf.ValidationError, ErrorCode.VALIDATION_ERROR),
+    (drf.ParseError, ErrorCode.VALIDATION_ERROR),
+    (drf.UnsupportedMediaType, ErrorCode.VALIDATION_ERROR),
+]
+
+
+def error_json(exc: TeamError) -> JsonResponse:
+    return JsonResponse(exc.as_wire(), status=exc.http_status)
+
+
+def exception_handler(exc, context):
+    """DRF's exception handler, speaking Steerboard's error shape."""
+    from django.http import Http404
+
+    if isinstance(exc, TeamError):
+        return Response(exc.as_wire(), status=exc.http_status)
+    if isinstance(exc, Http404):
+        exc = drf.NotFound()
+    for klass, code in _DRF_CODES:
+        if isinstance(exc, klass):
+            detail = exc.detail
+            if isinstance(detail, dict | list):
+                message = _flatten(detail)
+            else:
+                message = str(detail)
+            headers = {}
+            if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+                headers["WWW-Authenticate"] = 'Bearer realm="steerboard"'
+            status = 401 if code == ErrorCode.UNAUTHENTICATED else exc.status_code
+            return Response({"error": {"code": str(code), "message": message}}, status=status, headers=headers)
+    if isinstance(exc, drf.APIException):
+        return Response({"error": {"code": "ERROR", "message": str(exc.detail)}}, status=exc.status_code)
+    return None
+
+
+def _flatten(detail) -> str:
+    if isinstance(detail, dict):
+        return "; ".join(f"{k}: {_flatten(v)}" for k, v in detail.items())
+    if isinstance(detail, list):
+        return " ".join(_flatten(v) for v in detail)
+    return str(detail)
+
+
+def not_found(request, exception=None):
+    return JsonResponse({"error": {"code": "NOT_FOUND", "message": "No such endpoint."}}, status=404)
+
+
+def server_error(request):
+    return JsonResponse({"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}}, status=500)

@@ -1,0 +1,143 @@
+"""Operator REST: teams, their messages, retries and human prompts. Thin: parse, call, render."""
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from mailbox import delivery, selectors, sessions
+from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
+from teams import selectors as team_selectors
+from teams import services as team_services
+from teams.models import Team
+
+
+class _Api(APIView):
+    authentication_classes = [TokenAuthentication, MemberBearerAuthentication, SessionAuthentication]
+    permission_classes = [CanReadTeam]
+
+    def team(self) -> Team:
+        return team_selectors.team_get(name=self.kwargs["team"])
+
+
+class TeamCreateIn(serializers.Serializer):
+    name = serializers.CharField(max_length=63)
+
+
+class TeamsView(_Api):
+    def get_permissions(self):
+        return [IsOperator()] if self.request.method == "POST" else [CanReadTeam()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="List teams with their member counts")
+    def get(self, request):
+        teams = Team.objects.order_by("name")
+        return Response({"teams": [{"team": t.name, "created_at": t.created_at} for t in teams]})
+
+    @extend_schema(request=TeamCreateIn, responses={201: OpenApiTypes.OBJECT}, summary="Create a team with its Lead")
+    def post(self, request):
+        data = TeamCreateIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        team, lead, lead_token, host_token = team_services.team_create(name=data.validated_data["name"])
+        return Response(
+            {"team": team.name, "lead": {"name": lead.name, "token": lead_token}, "host_token": host_token}, status=201
+        )
+
+
+class TeamDetailView(_Api):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="A team's roster with message counts, and its board")
+    def get(self, request, team):
+        return Response(selectors.team_summary(team=self.team()))
+
+
+class MessageListIn(serializers.Serializer):
+    target = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    state = serializers.ChoiceField(choices=["queued", "accepted", "delivered"], required=False)
+    cursor = serializers.CharField(required=False, allow_blank=True, max_length=512)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
+
+
+class MessagesView(_Api):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("target", str),
+            OpenApiParameter("state", str, enum=["queued", "accepted", "delivered"]),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("limit", int),
+        ],
+        responses=OpenApiTypes.OBJECT,
+        summary="A team's messages with their delivery state, newest first",
+    )
+    def get(self, request, team):
+        query = MessageListIn(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        page, next_cursor = selectors.message_list(
+            team=self.team(),
+            target=query.validated_data.get("target") or None,
+            state=query.validated_data.get("state"),
+            cursor=query.validated_data.get("cursor") or None,
+            limit=query.validated_data["limit"],
+        )
+        return Response({"messages": [selectors.message_out(m) for m in page], "next_cursor": next_cursor})
+
+
+class MessageRetryView(_Api):
+    permission_classes = [CanReadTeam, IsOperator]
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, summary="Run admission again for an undelivered message")
+    def post(self, request, team, message_id):
+        message = selectors.message_get(team=self.team(), message_id=message_id)
+        if message.state != "delivered":
+            delivery.target_admit(target_id=message.target_id, redeliver=True)
+        message = selectors.message_get(team=self.team(), message_id=message_id)
+        return Response({"message": selectors.message_out(message)})
+
+
+class TargetRetryView(_Api):
+    permission_classes = [CanReadTeam, IsOperator]
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT, summary="Run admission again for all of a target's undelivered messages")
+    def post(self, request, team, member):
+        found = team_selectors.member_get(team_id=self.team().pk, name=member)
+        if found is None:
+            from teams.errors import ErrorCode, TeamError
+
+            raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {member!r} on this team.")
+        admission = delivery.target_admit(target_id=found.pk, redeliver=True)
+        return Response(
+            {
+                "target": found.name,
+                "target_status": admission.target_status if admission else found.status,
+                "admitted": admission.admitted if admission else [],
+                "error": admission.error if admission else "",
+            }
+        )
+
+
+class PromptIn(serializers.Serializer):
+    target = serializers.CharField(max_length=63)
+    content = serializers.CharField(max_length=65536, trim_whitespace=False)
+
+
+class PromptsView(_Api):
+    def get_permissions(self):
+        return [CanReadTeam(), IsOperator()] if self.request.method == "POST" else [CanReadTeam()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Human prompts of a team, newest first")
+    def get(self, request, team):
+        from mailbox.models import HumanPrompt
+
+        prompts = HumanPrompt.objects.filter(team=self.team()).select_related("target", "author")
+        return Response({"prompts": [selectors.prompt_out(p) for p in prompts.order_by("-created_at")[:100]]})
+
+    @extend_schema(request=PromptIn, responses={201: OpenApiTypes.OBJECT}, summary="Send a human prompt (Queue adapter)")
+    def post(self, request, team):
+        data = PromptIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        prompt = sessions.prompt_submit(
+            team_id=self.team().pk,
+            target_name=data.validated_data["target"],
+            author=request.user,
+            content=data.validated_data["content"],
+        )
+        return Response({"prompt": selectors.prompt_out(prompt)}, status=201)

@@ -1,0 +1,79 @@
+"""The nine Team tools over REST, and a member's own history (for cold-resume).
+
+Plain async Django views: ``wait_agent`` may wait for an hour, and must not
+hold a worker thread while it does.
+"""
+import json
+
+from channels.db import database_sync_to_async
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from mailbox import sessions, sweeper
+from mailbox.api.errors import error_json
+from mailbox.auth import member_from_headers
+from mailbox.tools import TOOLS, tool_call
+from teams.errors import ErrorCode, TeamError
+
+
+def _headers(request):
+    return [(k.lower(), v) for k, v in request.headers.items()]
+
+
+async def _member(request):
+    member = await database_sync_to_async(member_from_headers)(_headers(request))
+    if member is None:
+        raise TeamError(
+            ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
+        )
+    return member
+
+
+def _method(request, allowed: str) -> None:
+    if request.method != allowed:
+        raise TeamError(ErrorCode.METHOD_NOT_ALLOWED, f"Use {allowed}.")
+
+
+async def tools_list(request):
+    try:
+        _method(request, "GET")
+    except TeamError as exc:
+        return error_json(exc)
+    return JsonResponse([tool.schema() for tool in TOOLS.values()], safe=False)
+
+
+@csrf_exempt
+async def tool_invoke(request, name: str):
+    sweeper.ensure_started()
+    try:
+        _method(request, "POST")
+        member = await _member(request)
+        try:
+            arguments = json.loads(request.body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            extra = {"persisted": False} if name == "send_message" else {}
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
+        result = await tool_call(member=member, name=name, arguments=arguments)
+    except TeamError as exc:
+        return error_json(exc)
+    return JsonResponse(result)
+
+
+async def session_history(request):
+    """GET /api/v1/session/history?after=&limit= : the caller's own history, oldest first."""
+    try:
+        _method(request, "GET")
+        member = await _member(request)
+        try:
+            after = int(request.GET.get("after") or 0)
+            limit = int(request.GET.get("limit") or 500)
+        except ValueError:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "after and limit are whole numbers.")
+        if not 1 <= limit <= 1000 or after < 0:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-1000 and after is not negative.")
+        entries, next_after = await database_sync_to_async(sessions.history_page)(
+            member=member, after=after, limit=limit
+        )
+    except TeamError as exc:
+        return error_json(exc)
+    return JsonResponse({"member": member.name, "entries": entries, "next_after": next_after})

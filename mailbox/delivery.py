@@ -1,0 +1,369 @@
+"""The delivery state machine of team messages. Everything else calls this module.
+
+A message moves only forward:
+
+=============  ===========================================  ============  ==========================
+from           event                                        to            Lead log record
+=============  ===========================================  ============  ==========================
+(none)         send_message commits the snapshot            queued        team/message/queued
+queued         admission: target running or idle, steer     accepted      team/message/accepted
+               pushed to its session group
+queued         admission: target inactive, a host is        accepted      team/message/accepted
+               connected and asked to resume it
+queued         temporary inspection/resume/admission        queued        team/message/failed
+               failure (no host, channel layer down, ...)   (attempts+1)  (an observation)
+queued or      the target's session reports the history     delivered     team/message/delivered
+accepted       entry that carries this message id
+accepted       recovery: undelivered for REDELIVER_AFTER,   accepted      team/message/accepted
+               or a session says hello: pushed again
+=============  ===========================================  ============  ==========================
+
+Rules the functions below keep:
+
+- The snapshot and its ``queued`` record commit in one transaction before any
+  admission starts (durable before delivery).
+- Admission is serialised per target by a row lock on the target member and
+  always takes every earlier pending message of that target first, in seq
+  (Lead-log) order.
+- ``delivered`` is written only after the target's history holds the entry with
+  that message id; the history's unique (member, message_id) constraint folds a
+  repeated entry, and ``delivered`` itself is unique per message.
+- Recovery (a session's hello, the periodic sweeper, an operator's retry) runs
+  the same admission again; pushes are doorbells and may repeat.
+"""
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from mailbox import events, faults
+from mailbox.models import HistoryEntry, HostPresence, LeadLogRecord, LogKind, MessageState, TeamMessage
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member, Phase, SessionState, Status
+from teams.services import member_token_create
+
+log = logging.getLogger(__name__)
+
+
+def _limit(name: str) -> int:
+    return settings.STEERBOARD[name]
+
+
+def message_wire(message: TeamMessage, *, sender_name: str | None = None, target_name: str | None = None) -> dict:
+    """The message as a `steer` event carries it (protocol.md)."""
+    return {
+        "id": message.id,
+        "sender": sender_name or message.sender.name,
+        "target": target_name or message.target.name,
+        "content": message.content,
+        "seq": message.seq,
+        "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
+        "thread_id": message.thread_id or message.id,
+    }
+
+
+# --- 1. enqueue -----------------------------------------------------------------------
+def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> TeamMessage:
+    """Validate and durably store a message with its `queued` record. No admission here."""
+    if len(content.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
+        raise TeamError(
+            ErrorCode.TEAM_MESSAGE_TOO_LARGE,
+            f"A message may hold at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8; shorten it or link a record.",
+            persisted=False,
+        )
+    if not content.strip():
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "A message needs some content.", persisted=False)
+    if target_name == sender.name:
+        raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
+    with transaction.atomic():
+        target = Member.objects.select_for_update().filter(team_id=sender.team_id, name=target_name).first()
+        if target is None:
+            raise TeamError(
+                ErrorCode.TEAM_UNKNOWN_TARGET,
+                f"No member named {target_name!r} on this team; list_agents shows the roster.",
+                persisted=False,
+            )
+        if target.phase == Phase.RETIRED:
+            raise TeamError(
+                ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired and takes no messages.", persisted=False
+            )
+        pending = TeamMessage.objects.filter(target=target).exclude(state=MessageState.DELIVERED).count()
+        if pending >= _limit("MAX_PENDING_PER_TARGET"):
+            raise TeamError(
+                ErrorCode.TEAM_MAILBOX_FULL,
+                f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
+                persisted=False,
+            )
+        thread_id = ""
+        if reply_to:
+            original = TeamMessage.objects.filter(pk=reply_to, team_id=sender.team_id, target=sender).first()
+            if original is None:
+                raise TeamError(
+                    ErrorCode.NOT_FOUND, f"You received no message {reply_to!r} to reply to.", persisted=False
+                )
+            thread_id = original.thread_id or original.id
+        now = timezone.now()
+        message = TeamMessage.objects.create(
+            team_id=sender.team_id,
+            sender=sender,
+            target=target,
+            content=content,
+            seq=target.next_seq,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            queued_at=now,
+        )
+        Member.objects.filter(pk=target.pk).update(next_seq=F("next_seq") + 1)
+        LeadLogRecord.objects.create(
+            team_id=sender.team_id,
+            kind=LogKind.MESSAGE_QUEUED,
+            message=message,
+            data={"sender": sender.name, "target": target.name, "seq": message.seq},
+        )
+        events.dashboard_notify(sender.team_id, "message", message_id=message.id, target=target.name)
+    message.sender, message.target = sender, target
+    return message
+
+
+# --- 2. admission -----------------------------------------------------------------------
+@dataclass
+class Admission:
+    target_status: str
+    admitted: list[str]
+    error: str = ""
+    host_connected: bool = False
+
+
+def host_connected(team_id: int) -> bool:
+    return HostPresence.objects.filter(team_id=team_id).exists()
+
+
+def _start_request(*, member: Member, reason: str) -> None:
+    """Ask the team's hosts to start this member's session (with a fresh token)."""
+    token = member_token_create(member=member)
+    faults.inject("resume")
+    events.send_now(
+        events.host_group(member.team_id),
+        {"type": "host.start", "member": member.name, "token": token, "reason": reason},
+    )
+    Member.objects.filter(pk=member.pk).update(start_requested_at=timezone.now())
+
+
+def _start_is_fresh(member: Member) -> bool:
+    return member.start_requested_at is not None and timezone.now() - member.start_requested_at < timedelta(
+        seconds=settings.STEERBOARD["REDELIVER_AFTER"]
+    )
+
+
+def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool = False) -> Admission | None:
+    """Admit every queued message of one target, in seq order.
+
+    ``redeliver`` also pushes accepted-but-undelivered messages again (recovery).
+    ``skip_locked`` returns None at once when another worker holds the target.
+    """
+    with transaction.atomic():
+        rows = Member.objects.select_for_update(skip_locked=skip_locked).filter(pk=target_id)
+        target = rows.select_related("team").first()
+        if target is None:
+            return None
+        states = [MessageState.QUEUED, MessageState.ACCEPTED] if redeliver else [MessageState.QUEUED]
+        pending = list(
+            TeamMessage.objects.filter(target=target, state__in=states).select_related("sender").order_by("seq")
+        )
+        status = target.status
+        has_host = host_connected(target.team_id)
+        if not pending:
+            return Admission(target_status=status, admitted=[], host_connected=has_host)
+        try:
+            # A savepoint: a failed attempt leaves no half-written row behind.
+            with transaction.atomic():
+                _admission_attempt(target=target, status=status, has_host=has_host, pending=pending)
+        except Exception as exc:  # temporary: inspection, resume or admission failed
+            error = str(exc) or exc.__class__.__name__
+            if not isinstance(exc, faults.TemporaryDeliveryError):
+                log.warning("admission to %s failed", target, exc_info=True)
+            _admission_failed(target=target, pending=pending, error=error)
+            return Admission(target_status=status, admitted=[], error=error, host_connected=has_host)
+        faults.crash_point("after_admission")
+        now = timezone.now()
+        queued_ids = [m.id for m in pending if m.state == MessageState.QUEUED]
+        TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(attempts=F("attempts") + 1, last_error="")
+        TeamMessage.objects.filter(pk__in=queued_ids).update(state=MessageState.ACCEPTED, accepted_at=now)
+        LeadLogRecord.objects.bulk_create(
+            LeadLogRecord(
+                team_id=target.team_id,
+                kind=LogKind.MESSAGE_ACCEPTED,
+                message_id=m.id,
+                data={"target": target.name, "seq": m.seq, "target_status": status, "redelivery": m.id not in queued_ids},
+            )
+            for m in pending
+        )
+        events.dashboard_notify(target.team_id, "message", target=target.name, message_ids=[m.id for m in pending])
+    return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
+
+
+def _admission_attempt(*, target: Member, status: str, has_host: bool, pending: list[TeamMessage]) -> None:
+    faults.inject("inspection")
+    if status in (Status.RUNNING, Status.IDLE):
+        faults.inject("admission")
+        group = events.session_group(target.pk)
+        for message in pending:
+            faults.inject("push")
+            events.send_now(group, {"type": "session.steer", "message": message_wire(message, target_name=target.name)})
+    elif status == Status.RETIRED:
+        raise faults.TemporaryDeliveryError(f"{target.name} is retired")
+    elif not has_host:
+        raise faults.TemporaryDeliveryError(f"{target.name} is {status} and no host is connected to resume it")
+    elif not _start_is_fresh(target):
+        _start_request(member=target, reason="provision" if status == Status.PROVISIONING else "resume")
+
+
+def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str) -> None:
+    """The messages stay queued; write down the attempt and what went wrong.
+
+    A failure observation goes to the Lead log only when the reason changed, so
+    a target that waits for a host does not grow the log on every sweep."""
+    error = error[:2000]
+    TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(attempts=F("attempts") + 1, last_error=error)
+    LeadLogRecord.objects.bulk_create(
+        LeadLogRecord(
+            team_id=target.team_id,
+            kind=LogKind.MESSAGE_FAILED,
+            message_id=m.id,
+            data={"target": target.name, "seq": m.seq, "error": error},
+        )
+        for m in pending
+        if m.last_error != error
+    )
+    events.dashboard_notify(target.team_id, "message", target=target.name)
+
+
+def message_send(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> tuple[TeamMessage, Admission]:
+    """Enqueue durably, then admit. Answers the message and what admission saw."""
+    message = message_enqueue(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
+    faults.crash_point("after_queued_commit")
+    admission = target_admit(target_id=message.target_id)
+    message.refresh_from_db(fields=["state", "attempts", "last_error", "accepted_at", "delivered_at"])
+    return message, admission
+
+
+# --- 3. deliver --------------------------------------------------------------------------
+def entry_record(*, member: Member, entry: dict) -> tuple[HistoryEntry | None, bool]:
+    """Store one session history entry; fold a repeat. Returns (entry, created).
+
+    A team message's entry marks the message delivered, only after the entry is durable.
+    """
+    source = entry.get("source") or {}
+    message_id = None
+    if entry["kind"] == "user_message" and source.get("kind") == "team-message":
+        message_id = source.get("message_id")
+        if not TeamMessage.objects.filter(pk=message_id, target=member).exists():
+            raise TeamError(ErrorCode.NOT_FOUND, f"No team message {message_id!r} was addressed to you.")
+    prompt_id = entry.get("prompt_id") if entry["kind"] == "prompt" else None
+    created = True
+    row = None
+    try:
+        with transaction.atomic():
+            row = HistoryEntry.objects.create(
+                member=member,
+                entry_id=entry["id"],
+                kind=entry["kind"],
+                message_id=message_id,
+                prompt_id=prompt_id,
+                data=entry,
+            )
+            events.dashboard_notify(member.team_id, "entry", member=member.name)
+    except IntegrityError:
+        created = False  # source folding: this entry (or this message) is already in the history
+    faults.crash_point("after_entry")
+    if message_id:
+        message_mark_delivered(message_id=message_id)
+    return row, created
+
+
+def message_mark_delivered(*, message_id: str) -> bool:
+    """Write `delivered` once; the history must already hold the message."""
+    faults.inject("delivered_record")
+    with transaction.atomic():
+        message = TeamMessage.objects.select_for_update().select_related("target").get(pk=message_id)
+        if message.state == MessageState.DELIVERED:
+            return False
+        if not HistoryEntry.objects.filter(member_id=message.target_id, message_id=message_id).exists():
+            return False
+        now = timezone.now()
+        message.state = MessageState.DELIVERED
+        message.delivered_at = now
+        message.accepted_at = message.accepted_at or now
+        message.save(update_fields=["state", "delivered_at", "accepted_at"])
+        LeadLogRecord.objects.create(
+            team_id=message.team_id,
+            kind=LogKind.MESSAGE_DELIVERED,
+            message=message,
+            data={"target": message.target.name, "seq": message.seq},
+        )
+        events.dashboard_notify(message.team_id, "message", message_id=message.id, target=message.target.name)
+    return True
+
+
+# --- 4. recover ---------------------------------------------------------------------------
+def undelivered_for(*, member: Member) -> list[TeamMessage]:
+    return list(
+        TeamMessage.objects.filter(target=member)
+        .exclude(state=MessageState.DELIVERED)
+        .select_related("sender")
+        .order_by("seq")
+    )
+
+
+def messages_reconcile() -> int:
+    """Mark delivered every message whose entry is in its target's history (a crash between the two)."""
+    held = HistoryEntry.objects.filter(member_id=OuterRef("target_id"), message_id=OuterRef("pk"))
+    ids = list(
+        TeamMessage.objects.exclude(state=MessageState.DELIVERED).filter(Exists(held)).values_list("pk", flat=True)[:500]
+    )
+    return sum(message_mark_delivered(message_id=i) for i in ids)
+
+
+def recovery_sweep() -> dict:
+    """One pass of recovery: reconcile, admit what is queued, re-push what is stale."""
+    reconciled = messages_reconcile()
+    stale_before = timezone.now() - timedelta(seconds=settings.STEERBOARD["REDELIVER_AFTER"])
+    queued_targets = set(
+        TeamMessage.objects.filter(state=MessageState.QUEUED).values_list("target_id", flat=True).distinct()[:1000]
+    )
+    stale_targets = set(
+        TeamMessage.objects.filter(state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
+        .values_list("target_id", flat=True)
+        .distinct()[:1000]
+    )
+    admitted = 0
+    for target_id in sorted(queued_targets | stale_targets):
+        faults.crash_point("mid_recovery")
+        result = target_admit(target_id=target_id, redeliver=target_id in stale_targets, skip_locked=True)
+        admitted += len(result.admitted) if result else 0
+    provisioned = members_start_pending()
+    return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned}
+
+
+def members_start_pending(*, team_id: int | None = None) -> int:
+    """Ask connected hosts to start members still provisioning whose start went stale."""
+    started = 0
+    with_host = HostPresence.objects.values_list("team_id", flat=True)
+    qs = Member.objects.filter(phase=Phase.PROVISIONING, session_state=SessionState.INACTIVE, team_id__in=with_host)
+    if team_id is not None:
+        qs = qs.filter(team_id=team_id)
+    for member in qs[:100]:
+        with transaction.atomic():
+            locked = Member.objects.select_for_update(skip_locked=True).filter(pk=member.pk).first()
+            if locked is None or _start_is_fresh(locked):
+                continue
+            try:
+                _start_request(member=locked, reason="provision")
+                started += 1
+            except Exception:
+                log.warning("could not ask a host to provision %s", locked, exc_info=True)
+    return started

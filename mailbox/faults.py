@@ -1,0 +1,56 @@
+"""Fault points on the delivery path, for tests that inject a fault on purpose.
+
+Two kinds:
+
+- ``inject(point)`` raises ``TemporaryDeliveryError`` when a test armed that
+  point with ``arm(point, times)``. Points: ``inspection``, ``admission``,
+  ``resume``, ``push``, ``delivered_record``.
+- ``crash_point(name)`` ends the process at once (``os._exit``) when the
+  environment says ``STEERBOARD_CRASH_AT=name`` or ``name:N`` (the Nth time
+  the point is reached). Points: ``after_queued_commit``, ``after_admission``,
+  ``after_entry``, ``mid_recovery``.
+"""
+import os
+import threading
+
+
+class TemporaryDeliveryError(Exception):
+    """Inspection, resume or admission failed for now; the message stays queued."""
+
+
+_lock = threading.Lock()
+_armed: dict[str, int] = {}
+_crash_counts: dict[str, int] = {}
+
+
+def arm(point: str, times: int = 1) -> None:
+    with _lock:
+        _armed[point] = times
+
+
+def disarm_all() -> None:
+    with _lock:
+        _armed.clear()
+
+
+def inject(point: str) -> None:
+    with _lock:
+        left = _armed.get(point, 0)
+        if left <= 0:
+            return
+        _armed[point] = left - 1
+    raise TemporaryDeliveryError(f"injected temporary {point} failure")
+
+
+def crash_point(name: str) -> None:
+    spec = os.environ.get("STEERBOARD_CRASH_AT")
+    if not spec:
+        return
+    point, _, nth = spec.partition(":")
+    if point != name:
+        return
+    with _lock:
+        _crash_counts[name] = _crash_counts.get(name, 0) + 1
+        count = _crash_counts[name]
+    if count >= int(nth or 1):
+        os._exit(int(os.environ.get("STEERBOARD_CRASH_EXIT_CODE", "137")))

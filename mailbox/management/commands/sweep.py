@@ -1,0 +1,23 @@
+import json
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from mailbox.delivery import recovery_sweep
+
+
+class Command(BaseCommand):
+    help = "Run the recovery sweeper once, or forever with --loop."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--loop", action="store_true")
+        parser.add_argument("--interval", type=float, default=None)
+
+    def handle(self, *args, **options):
+        interval = options["interval"] or settings.STEERBOARD["SWEEP_INTERVAL"] or 5.0
+        while True:
+            self.stdout.write(json.dumps(recovery_sweep()))
+            if not options["loop"]:
+                return
+            time.sleep(interval)

@@ -1,0 +1,150 @@
+"""The durable mailbox: team messages, the Lead log, session history, human prompts."""
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from teams.models import Member, Team
+
+
+def message_id_new() -> str:
+    return f"team-message-{uuid.uuid4()}"
+
+
+def prompt_id_new() -> str:
+    return f"prompt-{uuid.uuid4()}"
+
+
+class MessageState(models.TextChoices):
+    QUEUED = "queued"
+    ACCEPTED = "accepted"
+    DELIVERED = "delivered"
+
+
+class TeamMessage(models.Model):
+    """The snapshot of a team message. It has no scheduling field: every message steers.
+
+    ``state`` and the transition fields are the Lead log folded onto the row.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64, default=message_id_new, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="messages")
+    sender = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="sent_messages")
+    target = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="inbox")
+    content = models.TextField()
+    seq = models.PositiveBigIntegerField()
+    thread_id = models.CharField(max_length=64, blank=True, default="")
+    reply_to = models.CharField(max_length=64, blank=True, default="")
+    state = models.CharField(max_length=16, choices=MessageState.choices, default=MessageState.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["target", "seq"], name="message_seq_unique_per_target")]
+        indexes = [
+            models.Index(fields=["team", "-queued_at"], name="message_team_recent"),
+            models.Index(fields=["target", "state", "seq"], name="message_target_state_seq"),
+            models.Index(fields=["state", "queued_at"], name="message_state_age"),
+        ]
+
+
+class LogKind(models.TextChoices):
+    MEMBER = "team/member"
+    TASK = "team/task"
+    MESSAGE_QUEUED = "team/message/queued"
+    MESSAGE_ACCEPTED = "team/message/accepted"
+    MESSAGE_DELIVERED = "team/message/delivered"
+    MESSAGE_FAILED = "team/message/failed"
+
+
+class LeadLogRecord(models.Model):
+    """One append-only record of a team's Lead log; order is the primary key."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="log")
+    kind = models.CharField(max_length=32, choices=LogKind.choices)
+    message = models.ForeignKey(TeamMessage, null=True, blank=True, on_delete=models.CASCADE, related_name="log")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # One delivered record per message, whatever the race.
+            models.UniqueConstraint(
+                fields=["message"], condition=Q(kind="team/message/delivered"), name="log_one_delivered_per_message"
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "id"], name="log_team_order")]
+
+
+class EntryKind(models.TextChoices):
+    USER_MESSAGE = "user_message"
+    PROMPT = "prompt"
+    ASSISTANT_TEXT = "assistant_text"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    TURN_START = "turn_start"
+    TURN_END = "turn_end"
+
+
+class HistoryEntry(models.Model):
+    """One durable entry of a member's session history, as its session reported it.
+
+    The partial unique constraint on (member, message_id) is target-side source
+    folding: a team message enters a history at most once.
+    """
+
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="history")
+    entry_id = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=EntryKind.choices)
+    message_id = models.CharField(max_length=64, null=True, blank=True)
+    prompt_id = models.CharField(max_length=64, null=True, blank=True)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["member", "entry_id"], name="history_entry_id_unique"),
+            models.UniqueConstraint(
+                fields=["member", "message_id"],
+                condition=Q(message_id__isnull=False),
+                name="history_message_folds",
+            ),
+        ]
+        indexes = [models.Index(fields=["member", "id"], name="history_member_order")]
+
+
+class PromptState(models.TextChoices):
+    QUEUED = "queued"
+    STARTED = "started"
+    COMPLETED = "completed"
+
+
+class HumanPrompt(models.Model):
+    """A person's prompt from the browser, delivered by the Queue adapter as its own turn."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=prompt_id_new, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="prompts")
+    target = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="prompts")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="prompts")
+    content = models.TextField()
+    state = models.CharField(max_length=16, choices=PromptState.choices, default=PromptState.QUEUED)
+    pushed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["target", "state", "created_at"], name="prompt_target_state")]
+
+
+class HostPresence(models.Model):
+    """A connected host websocket; a team with none cannot cold-resume anyone."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="hosts")
+    channel = models.CharField(max_length=255, unique=True)
+    connected_at = models.DateTimeField(auto_now_add=True)

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from mailbox.consumers import AgentConsumer, HostConsumer
+
+websocket_urlpatterns = [
+    path("ws/agent/", AgentConsumer.as_asgi()),
+    path("ws/host/", HostConsumer.as_asgi()),
+]

@@ -1,0 +1,113 @@
+"""Reads of the mailbox for operators and the dashboard; every list is keyset-paginated."""
+import base64
+from datetime import datetime
+
+from django.db.models import Count, Q
+
+from mailbox.models import HumanPrompt, MessageState, TeamMessage
+from teams import selectors as team_selectors
+from teams.errors import ErrorCode, TeamError
+from teams.models import Team
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def message_out(message: TeamMessage) -> dict:
+    return {
+        "id": message.id,
+        "sender": message.sender.name,
+        "target": message.target.name,
+        "content": message.content,
+        "seq": message.seq,
+        "thread_id": message.thread_id or message.id,
+        "reply_to": message.reply_to or None,
+        "state": message.state,
+        "queued_at": _iso(message.queued_at),
+        "accepted_at": _iso(message.accepted_at),
+        "delivered_at": _iso(message.delivered_at),
+        "attempts": message.attempts,
+        "last_error": message.last_error,
+    }
+
+
+def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
+    """Per target: how many messages are queued, accepted, delivered."""
+    rows = (
+        TeamMessage.objects.filter(team=team)
+        .values("target_id")
+        .annotate(
+            queued=Count("pk", filter=Q(state=MessageState.QUEUED)),
+            accepted=Count("pk", filter=Q(state=MessageState.ACCEPTED)),
+            delivered=Count("pk", filter=Q(state=MessageState.DELIVERED)),
+        )
+    )
+    return {r["target_id"]: {k: r[k] for k in ("queued", "accepted", "delivered")} for r in rows}
+
+
+def team_summary(*, team: Team) -> dict:
+    counts = member_counts(team=team)
+    members = []
+    for member in team_selectors.member_list(team_id=team.pk):
+        members.append(
+            {
+                **team_selectors.member_out(member),
+                **counts.get(member.pk, {"queued": 0, "accepted": 0, "delivered": 0}),
+            }
+        )
+    tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
+    return {"team": team.name, "members": members, "tasks": [team_selectors.task_out(t) for t in tasks]}
+
+
+def _cursor_encode(message: TeamMessage) -> str:
+    raw = f"{message.queued_at.isoformat()}|{message.pk}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _cursor_decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor.encode() + b"==").decode()
+        stamp, _, pk = raw.partition("|")
+        return datetime.fromisoformat(stamp), pk
+    except (ValueError, UnicodeDecodeError):
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "That cursor is not one this server handed out.")
+
+
+def message_list(
+    *, team: Team, target: str | None = None, state: str | None = None, cursor: str | None = None, limit: int = 50
+) -> tuple[list[TeamMessage], str | None]:
+    """Newest first."""
+    qs = TeamMessage.objects.filter(team=team).select_related("sender", "target")
+    if target:
+        qs = qs.filter(target__name=target)
+    if state:
+        if state not in MessageState.values:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
+        qs = qs.filter(state=state)
+    if cursor:
+        stamp, pk = _cursor_decode(cursor)
+        qs = qs.filter(Q(queued_at__lt=stamp) | Q(queued_at=stamp, pk__lt=pk))
+    page = list(qs.order_by("-queued_at", "-pk")[: limit + 1])
+    next_cursor = _cursor_encode(page[limit - 1]) if len(page) > limit else None
+    return page[:limit], next_cursor
+
+
+def message_get(*, team: Team, message_id: str) -> TeamMessage:
+    message = TeamMessage.objects.select_related("sender", "target").filter(team=team, pk=message_id).first()
+    if message is None:
+        raise TeamError(ErrorCode.NOT_FOUND, f"No message {message_id!r} in team {team.name}.")
+    return message
+
+
+def prompt_out(prompt: HumanPrompt) -> dict:
+    return {
+        "id": prompt.id,
+        "target": prompt.target.name,
+        "author": prompt.author.get_username(),
+        "content": prompt.content,
+        "state": prompt.state,
+        "created_at": _iso(prompt.created_at),
+        "started_at": _iso(prompt.started_at),
+        "completed_at": _iso(prompt.completed_at),
+    }

@@ -1,0 +1,253 @@
+"""The nine Team tools: one registry, dispatched for REST (and any other transport).
+
+Eight tools are roster and task-board operations of ``teams``; ``send_message``
+is the mailbox's. The dispatch sits here because it needs both. Each call runs
+its service, appends the Lead-log record and rings the dashboard's doorbell.
+"""
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from pydantic import BaseModel
+
+from mailbox import delivery, events, sessions
+from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from teams import schemas, selectors, services
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args: type[BaseModel]
+    result: type[BaseModel]
+    run: Callable[[Member, BaseModel], Awaitable[dict]]
+    lead_only: bool = False
+
+    def schema(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.args.model_json_schema(),
+            "output_schema": self.result.model_json_schema(),
+        }
+
+
+def _sync(fn: Callable[[Member, BaseModel], dict]) -> Callable[[Member, BaseModel], Awaitable[dict]]:
+    async def run(member: Member, args: BaseModel) -> dict:
+        return await database_sync_to_async(fn)(member, args)
+
+    return run
+
+
+def _task_logged(member: Member, task, action: str) -> dict:
+    LeadLogRecord.objects.create(
+        team_id=member.team_id,
+        kind=LogKind.TASK,
+        data={"task": task.public_id, "action": action, "by": member.name, "revision": task.revision},
+    )
+    events.dashboard_notify(member.team_id, "task", task=task.public_id)
+    return {"task": selectors.task_out(selectors.task_get(team_id=member.team_id, task_id=task.public_id))}
+
+
+# --- the tools' bodies ----------------------------------------------------------------------
+def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
+    with transaction.atomic():
+        member = services.member_spawn(
+            lead=lead, name=args.name, description=args.description, prompt=args.prompt, context=args.context
+        )
+        LeadLogRecord.objects.create(
+            team_id=lead.team_id, kind=LogKind.MEMBER, data={"member": member.name, "spawned_by": lead.name}
+        )
+        events.dashboard_notify(lead.team_id, "member", member=member.name, status=member.status)
+    delivery.members_start_pending(team_id=lead.team_id)
+    return {"member": selectors.member_out(member)}
+
+
+def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
+    message, _ = delivery.message_send(sender=sender, target_name=args.target, content=args.message)
+    status = "queued" if message.state == "queued" else "accepted"
+    return {"message_id": message.id, "status": status}
+
+
+def _list_agents(member: Member, args: schemas.ListAgentsArgs) -> dict:
+    return {"agents": [selectors.member_out(m) for m in selectors.member_list(team_id=member.team_id)]}
+
+
+def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:
+    return {"previous_status": sessions.member_interrupt(lead=lead, target_name=args.target)}
+
+
+def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:
+    with transaction.atomic():
+        task = services.task_create(
+            member=member,
+            subject=args.subject,
+            description=args.description,
+            blocked_by=args.blocked_by,
+            write_scopes=args.write_scopes,
+        )
+        return _task_logged(member, task, "create")
+
+
+def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
+    tasks, next_cursor = selectors.task_list(
+        team_id=member.team_id,
+        status=args.status,
+        owner=args.owner,
+        ready=args.ready,
+        cursor=args.cursor,
+        limit=args.limit,
+    )
+    return {"tasks": [selectors.task_out(t) for t in tasks], "next_cursor": next_cursor}
+
+
+def _task_get(member: Member, args: schemas.TaskGetArgs) -> dict:
+    return {"task": selectors.task_out(selectors.task_get(team_id=member.team_id, task_id=args.task_id))}
+
+
+def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
+    with transaction.atomic():
+        task = services.task_update(member=member, **args.model_dump(exclude_unset=True))
+        return _task_logged(member, task, args.action)
+
+
+# --- wait_agent: the one tool that waits --------------------------------------------------------
+def _wait_snapshot(member: Member) -> tuple[bool, dict[str, str], int]:
+    others = {m.name: m.status for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk}
+    inbox = TeamMessage.objects.filter(target=member).aggregate(top=Max("seq"))["top"] or 0
+    return selectors.members_active_peers(member=member), others, inbox
+
+
+async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:
+    """Return when another member's status changes or a message reaches the caller; never wakes anyone."""
+    snapshot = database_sync_to_async(_wait_snapshot)
+    active, statuses, inbox = await snapshot(member)
+    if not active:
+        return {"timed_out": False, "no_progress": {"reason": "no-active-peer"}}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.timeout_ms / 1000
+    poll = settings.STEERBOARD["WAIT_POLL_INTERVAL"]
+    while loop.time() < deadline:
+        await asyncio.sleep(min(poll, max(0.0, deadline - loop.time())))
+        _, now_statuses, now_inbox = await snapshot(member)
+        if now_statuses != statuses or now_inbox > inbox:
+            return {"timed_out": False, "no_progress": None}
+    return {"timed_out": True, "no_progress": None}
+
+
+S = schemas
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in [
+        Tool(
+            "spawn_teammate",
+            "Lead only. Add a teammate to the roster; a host provisions its session. Names are lower-kebab-case, "
+            "unique in the team and never reused.",
+            S.SpawnTeammateArgs,
+            S.SpawnTeammateResult,
+            _sync(_spawn_teammate),
+            lead_only=True,
+        ),
+        Tool(
+            "send_message",
+            "Send a Markdown message to one team member. Every message steers: a running target gets it at its "
+            "next step boundary, an idle one starts a turn, an inactive one is resumed. 'accepted' means the "
+            "target's inbox took it, 'queued' that it waits in the durable mailbox for recovery; neither means "
+            "the work is done. Never resend a queued message.",
+            S.SendMessageArgs,
+            S.SendMessageResult,
+            _sync(_send_message),
+        ),
+        Tool(
+            "list_agents",
+            "List the Lead and the teammates with their status.",
+            S.ListAgentsArgs,
+            S.ListAgentsResult,
+            _sync(_list_agents),
+        ),
+        Tool(
+            "wait_agent",
+            "Wait until another member changes status or a message reaches you, or until the timeout. Returns at "
+            "once with no_progress when no other member is running or provisioning. It never wakes anyone.",
+            S.WaitAgentArgs,
+            S.WaitAgentResult,
+            _wait_agent,
+        ),
+        Tool(
+            "interrupt_agent",
+            "Lead only. Stop a teammate's current turn; its pending inbox is kept.",
+            S.InterruptAgentArgs,
+            S.InterruptAgentResult,
+            _sync(_interrupt_agent),
+            lead_only=True,
+        ),
+        Tool(
+            "team_task_create",
+            "Create a task on the team's board, optionally blocked by other tasks.",
+            S.TaskCreateArgs,
+            S.TaskResult,
+            _sync(_task_create),
+        ),
+        Tool(
+            "team_task_list",
+            "List tasks on the board (deleted ones only when status='deleted'), filtered and paginated.",
+            S.TaskListArgs,
+            S.TaskListResult,
+            _sync(_task_list),
+        ),
+        Tool("team_task_get", "Read one task.", S.TaskGetArgs, S.TaskResult, _sync(_task_get)),
+        Tool(
+            "team_task_update",
+            "Change a task with compare-and-set on expected_revision. Actions: claim, release, edit, "
+            "set_dependencies, complete, reopen, reassign (Lead only), delete.",
+            S.TaskUpdateArgs,
+            S.TaskResult,
+            _sync(_task_update),
+        ),
+    ]
+}
+
+
+async def tool_call(*, member: Member, name: str, arguments: dict) -> dict:
+    """Validate, authorise and run one tool; raise TeamError for every refusal."""
+    tool = TOOLS.get(name)
+    if tool is None:
+        raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the nine.")
+    args = validate_arguments(tool, arguments)
+    if tool.lead_only and not member.is_lead:
+        raise TeamError(ErrorCode.LEAD_ONLY, f"{name} is for the Lead only.")
+    result = await tool.run(member, args)
+    return tool.result.model_validate(result).model_dump(mode="json")
+
+
+def validate_arguments(tool: Tool, arguments) -> BaseModel:
+    from pydantic import ValidationError
+
+    extra = {"persisted": False} if tool.name == "send_message" else {}
+    if not isinstance(arguments, dict):
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "The arguments are a JSON object.", **extra)
+    if "sender" in arguments:
+        raise TeamError(
+            ErrorCode.VALIDATION_ERROR,
+            "The sender is always the member your token names; remove the 'sender' field.",
+            **extra,
+        )
+    try:
+        return tool.args.model_validate(arguments)
+    except ValidationError as exc:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc), **extra)
+
+
+def validation_summary(exc) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from mailbox.api import operators, tools
+
+urlpatterns = [
+    path("tools", tools.tools_list, name="tools-list"),
+    path("tools/<str:name>", tools.tool_invoke, name="tool-invoke"),
+    path("session/history", tools.session_history, name="session-history"),
+    path("teams", operators.TeamsView.as_view(), name="teams"),
+    path("teams/<str:team>", operators.TeamDetailView.as_view(), name="team-detail"),
+    path("teams/<str:team>/messages", operators.MessagesView.as_view(), name="team-messages"),
+    path(
+        "teams/<str:team>/messages/<str:message_id>/retry",
+        operators.MessageRetryView.as_view(),
+        name="message-retry",
+    ),
+    path("teams/<str:team>/members/<str:member>/retry", operators.TargetRetryView.as_view(), name="target-retry"),
+    path("teams/<str:team>/prompts", operators.PromptsView.as_view(), name="team-prompts"),
+]

@@ -1,0 +1,69 @@
+"""The one error vocabulary of Steerboard.
+
+Services raise ``TeamError`` with an ``ErrorCode``; the REST layer and the
+websocket consumers translate it to the wire shape
+``{"error": {"code", "message"}}`` with the HTTP status below.
+"""
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    NOT_FOUND = "NOT_FOUND"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    LEAD_ONLY = "LEAD_ONLY"
+    TEAM_UNKNOWN_TARGET = "TEAM_UNKNOWN_TARGET"
+    TEAM_TARGET_RETIRED = "TEAM_TARGET_RETIRED"
+    TEAM_SELF_MESSAGE = "TEAM_SELF_MESSAGE"
+    TEAM_MESSAGE_TOO_LARGE = "TEAM_MESSAGE_TOO_LARGE"
+    TEAM_MAILBOX_FULL = "TEAM_MAILBOX_FULL"
+    TEAM_ROSTER_FULL = "TEAM_ROSTER_FULL"
+    TEAM_TASK_BOARD_FULL = "TEAM_TASK_BOARD_FULL"
+    TEAM_NAME_TAKEN = "TEAM_NAME_TAKEN"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    TASK_REVISION_CONFLICT = "TASK_REVISION_CONFLICT"
+    TASK_INVALID_ACTION = "TASK_INVALID_ACTION"
+    TASK_DEPENDENCY_CYCLE = "TASK_DEPENDENCY_CYCLE"
+    IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.LEAD_ONLY: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.TASK_NOT_FOUND: 404,
+    ErrorCode.TEAM_UNKNOWN_TARGET: 404,
+    ErrorCode.METHOD_NOT_ALLOWED: 405,
+    ErrorCode.TEAM_TARGET_RETIRED: 409,
+    ErrorCode.TEAM_ROSTER_FULL: 409,
+    ErrorCode.TEAM_TASK_BOARD_FULL: 409,
+    ErrorCode.TEAM_NAME_TAKEN: 409,
+    ErrorCode.TASK_REVISION_CONFLICT: 409,
+    ErrorCode.TASK_INVALID_ACTION: 409,
+    ErrorCode.TASK_DEPENDENCY_CYCLE: 409,
+    ErrorCode.IDEMPOTENCY_KEY_CONFLICT: 409,
+    ErrorCode.TEAM_MESSAGE_TOO_LARGE: 413,
+    ErrorCode.TEAM_MAILBOX_FULL: 429,
+}
+
+
+class TeamError(Exception):
+    """A refusal with a stable code; never a server fault."""
+
+    def __init__(self, code: ErrorCode, message: str, **extra):
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+        self.extra = extra
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS.get(self.code, 400)
+
+    def as_wire(self) -> dict:
+        body: dict = {"error": {"code": str(self.code), "message": self.message}}
+        body.update(self.extra)
+        return body

@@ -1,0 +1,143 @@
+"""The nine Team tools' arguments and results as pydantic models.
+
+``GET /api/v1/tools`` is generated from these; nothing here is written twice
+by hand. Arguments forbid unknown fields, so a payload can never smuggle a
+``sender`` or a scheduling choice past validation.
+"""
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+MemberName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$", max_length=63)]
+TaskId = Annotated[str, StringConstraints(pattern=r"^task-[1-9][0-9]{0,9}$")]
+StatusLiteral = Literal["provisioning", "running", "idle", "inactive", "failed", "retired"]
+TaskStatusLiteral = Literal["pending", "in_progress", "completed", "deleted"]
+WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Result(BaseModel):
+    pass
+
+
+class MemberOut(BaseModel):
+    name: str
+    role: Literal["lead", "teammate"]
+    status: StatusLiteral
+    description: str
+
+
+class TaskOut(BaseModel):
+    id: str
+    revision: int
+    subject: str
+    description: str
+    status: TaskStatusLiteral
+    owner: str | None
+    blocked_by: list[str]
+    write_scopes: list[str]
+    ready: bool
+
+
+# --- spawn_teammate ----------------------------------------------------------
+class SpawnTeammateArgs(Args):
+    name: MemberName = Field(description="lower-kebab-case, unique in the team, never reused")
+    description: Annotated[str, StringConstraints(max_length=2000)]
+    prompt: Annotated[str, StringConstraints(max_length=65536)]
+    context: Literal["fresh", "fork"] = "fresh"
+
+
+class SpawnTeammateResult(Result):
+    member: MemberOut
+
+
+# --- send_message ------------------------------------------------------------
+class SendMessageArgs(Args):
+    target: MemberName = Field(description="the member to message")
+    message: str = Field(description="Markdown content")
+
+
+class SendMessageResult(Result):
+    message_id: str
+    status: Literal["accepted", "queued"]
+
+
+# --- list_agents -------------------------------------------------------------
+class ListAgentsArgs(Args):
+    pass
+
+
+class ListAgentsResult(Result):
+    agents: list[MemberOut]
+
+
+# --- wait_agent --------------------------------------------------------------
+class WaitAgentArgs(Args):
+    timeout_ms: Annotated[int, Field(ge=10_000, le=3_600_000)] = 30_000
+
+
+class NoProgress(BaseModel):
+    reason: Literal["no-active-peer"]
+
+
+class WaitAgentResult(Result):
+    timed_out: bool
+    no_progress: NoProgress | None
+
+
+# --- interrupt_agent ---------------------------------------------------------
+class InterruptAgentArgs(Args):
+    target: MemberName
+
+
+class InterruptAgentResult(Result):
+    previous_status: StatusLiteral
+
+
+# --- team_task_create --------------------------------------------------------
+class TaskCreateArgs(Args):
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    description: Annotated[str, StringConstraints(max_length=65536)]
+    blocked_by: list[TaskId] = Field(default_factory=list, max_length=256)
+    write_scopes: list[WriteScope] = Field(default_factory=list, max_length=64)
+
+
+class TaskResult(Result):
+    task: TaskOut
+
+
+# --- team_task_list ----------------------------------------------------------
+class TaskListArgs(Args):
+    status: TaskStatusLiteral | None = None
+    owner: str | None = Field(default=None, description="a member name, or 'unowned'")
+    ready: bool | None = None
+    cursor: str | None = None
+    limit: Annotated[int, Field(ge=1, le=100)] = 50
+
+
+class TaskListResult(Result):
+    tasks: list[TaskOut]
+    next_cursor: str | None
+
+
+# --- team_task_get -----------------------------------------------------------
+class TaskGetArgs(Args):
+    task_id: TaskId
+
+
+# --- team_task_update --------------------------------------------------------
+TaskAction = Literal["claim", "release", "edit", "set_dependencies", "complete", "reopen", "reassign", "delete"]
+
+
+class TaskUpdateArgs(Args):
+    task_id: TaskId
+    expected_revision: Annotated[int, Field(ge=1)]
+    action: TaskAction
+    subject: Annotated[str, StringConstraints(min_length=1, max_length=500)] | None = None
+    description: Annotated[str, StringConstraints(max_length=65536)] | None = None
+    blocked_by: list[TaskId] | None = Field(default=None, max_length=256)
+    write_scopes: list[WriteScope] | None = Field(default=None, max_length=64)
+    owner: MemberName | None = None

@@ -1,0 +1,130 @@
+"""Reads of the roster and the task board."""
+import base64
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member, Phase, SessionState, Task, TaskStatus, Team
+from teams.tokens import token_hash
+
+
+def member_by_token(*, token: str) -> Member | None:
+    if not token:
+        return None
+    return (
+        Member.objects.select_related("team")
+        .filter(tokens__token_hash=token_hash(token))
+        .first()
+    )
+
+
+def team_by_host_token(*, token: str) -> Team | None:
+    if not token:
+        return None
+    return Team.objects.filter(host_token_hash=token_hash(token)).first()
+
+
+def team_get(*, name: str) -> Team:
+    team = Team.objects.filter(name=name).first()
+    if team is None:
+        raise TeamError(ErrorCode.NOT_FOUND, f"No team named {name!r}.")
+    return team
+
+
+def member_list(*, team_id: int) -> list[Member]:
+    return list(Member.objects.filter(team_id=team_id).order_by("id"))
+
+
+def member_get(*, team_id: int, name: str) -> Member | None:
+    return Member.objects.filter(team_id=team_id, name=name).first()
+
+
+def member_out(member: Member) -> dict:
+    return {"name": member.name, "role": member.role, "status": member.status, "description": member.description}
+
+
+def members_active_peers(*, member: Member) -> bool:
+    """True when another member is running or provisioning (wait_agent has someone to wait for)."""
+    return (
+        Member.objects.filter(team_id=member.team_id)
+        .exclude(pk=member.pk)
+        .filter(
+            Q(phase=Phase.PROVISIONING)
+            | Q(phase=Phase.ACTIVE, session_state=SessionState.RUNNING)
+        )
+        .exists()
+    )
+
+
+def _blocker_open():
+    return Task.blocked_by.through.objects.filter(from_task_id=OuterRef("pk")).exclude(
+        to_task__status__in=[TaskStatus.COMPLETED, TaskStatus.DELETED]
+    )
+
+
+def tasks_with_ready(qs: QuerySet[Task]) -> QuerySet[Task]:
+    return qs.select_related("owner").prefetch_related("blocked_by").annotate(has_open_blocker=Exists(_blocker_open()))
+
+
+def task_out(task: Task) -> dict:
+    has_open = getattr(task, "has_open_blocker", None)
+    blockers = list(task.blocked_by.all())
+    if has_open is None:
+        has_open = any(b.status not in (TaskStatus.COMPLETED, TaskStatus.DELETED) for b in blockers)
+    return {
+        "id": task.public_id,
+        "revision": task.revision,
+        "subject": task.subject,
+        "description": task.description,
+        "status": task.status,
+        "owner": task.owner.name if task.owner_id else None,
+        "blocked_by": [b.public_id for b in sorted(blockers, key=lambda b: b.number)],
+        "write_scopes": list(task.write_scopes),
+        "ready": task.status == TaskStatus.PENDING and not has_open,
+    }
+
+
+def task_get(*, team_id: int, task_id: str) -> Task:
+    number = int(task_id.removeprefix("task-"))
+    task = tasks_with_ready(Task.objects.filter(team_id=team_id, number=number)).first()
+    if task is None:
+        raise TeamError(ErrorCode.TASK_NOT_FOUND, f"No task {task_id} on this team's board.")
+    return task
+
+
+def _cursor_decode(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        return int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
+    except (ValueError, UnicodeDecodeError):
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "That cursor is not one this server handed out.")
+
+
+def _cursor_encode(number: int) -> str:
+    return base64.urlsafe_b64encode(str(number).encode()).decode().rstrip("=")
+
+
+def task_list(
+    *,
+    team_id: int,
+    status: str | None = None,
+    owner: str | None = None,
+    ready: bool | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> tuple[list[Task], str | None]:
+    qs = Task.objects.filter(team_id=team_id, number__gt=_cursor_decode(cursor))
+    qs = qs.filter(status=status) if status else qs.exclude(status=TaskStatus.DELETED)
+    if owner == "unowned":
+        qs = qs.filter(owner__isnull=True)
+    elif owner:
+        qs = qs.filter(owner__name=owner)
+    qs = tasks_with_ready(qs)
+    if ready is True:
+        qs = qs.filter(status=TaskStatus.PENDING, has_open_blocker=False)
+    elif ready is False:
+        qs = qs.exclude(status=TaskStatus.PENDING, has_open_blocker=False)
+    page = list(qs.order_by("number")[: limit + 1])
+    next_cursor = _cursor_encode(page[limit - 1].number) if len(page) > limit else None
+    return page[:limit], next_cursor
