@@ -102,7 +102,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60, "group_expiry": 86400},
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
+                "capacity": 5000,
+                "expiry": 60,
+                "group_expiry": 86400,
+            },
         }
     }
 else:

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: installs what it needs, starts the
+# services it needs, then runs pytest twice: on the embedded default (SQLite +
+# in-memory channel layer) and on PostgreSQL + Redis. Extra arguments go to
+# pytest (e.g. `bash scripts/test.sh -k mailbox`). STEERBOARD_BACKENDS picks
+# the runs: "embedded postgres" (default), or one of them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+log "python packages"
+python3 -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location\|Running pip as the 'root'" || true
+
+if ! command -v chromium >/dev/null 2>&1; then
+  log "installing Debian's chromium for the browser tests"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
+
+backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
+
+if [[ " $backends " == *" postgres "* ]]; then
+  log "services: PostgreSQL and Redis on 127.0.0.1"
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+  if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
+  fi
+fi
+
+status=0
+for backend in $backends; do
+  case "$backend" in
+    embedded)
+      log "test suite on the embedded default (SQLite + in-memory channel layer)"
+      env -u DATABASE_URL -u REDIS_URL python3 -m pytest "$@" || status=$?
+      ;;
+    postgres)
+      log "test suite on PostgreSQL + Redis (channels_redis)"
+      DATABASE_URL=${STEERBOARD_PG_URL:-postgres://postgres@127.0.0.1:5432/steerboard} \
+      REDIS_URL=${STEERBOARD_REDIS_URL:-redis://127.0.0.1:6379/0} \
+        python3 -m pytest "$@" || status=$?
+      ;;
+    *) echo "unknown backend $backend" >&2; exit 2 ;;
+  esac
+  # pytest's 5 means no test ran: that is a failure here too.
+  [[ $status -eq 0 ]] || { echo "test run on $backend failed (exit $status)" >&2; exit "$status"; }
+done

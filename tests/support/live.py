@@ -1,0 +1,162 @@
+"""A real daphne process on its own database, for end-to-end tests.
+
+The process runs the project's ASGI application exactly as in production. On
+the embedded default it gets a fresh SQLite file; when the test run is on
+PostgreSQL (DATABASE_URL=postgres://...) it gets a fresh PostgreSQL database of
+its own, and shares the run's Redis (REDIS_URL) on a database number of its own.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _postgres_database_new(base_url: str) -> str:
+    import psycopg
+
+    name = f"steerboard_e2e_{uuid.uuid4().hex[:10]}"
+    admin = base_url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _postgres_database_drop(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except Exception:
+        pass
+
+
+class LiveEnvironment:
+    """One database (and channel-layer namespace) that several daphne processes may share."""
+
+    def __init__(self, tmp_path: Path, **settings_env: str):
+        self.tmp_path = tmp_path
+        self.env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE"}}
+        self.env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "config.settings",
+                "PYTHONUNBUFFERED": "1",
+                "STEERBOARD_VAR_DIR": str(tmp_path / "var"),
+                "STEERBOARD_SWEEP_INTERVAL": "0.5",
+                "STEERBOARD_REDELIVER_AFTER": "2",
+            }
+        )
+        base_db = os.environ.get("DATABASE_URL", "")
+        self.postgres = base_db.startswith("postgres")
+        if self.postgres:
+            self.env["DATABASE_URL"] = _postgres_database_new(base_db)
+        else:
+            self.env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'live.sqlite3'}"
+        if os.environ.get("REDIS_URL"):
+            # A prefix of our own keeps parallel environments apart on one Redis.
+            self.env["STEERBOARD_CHANNEL_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
+        self.env.update(settings_env)
+        self.manage("migrate", "-v0")
+
+    def manage(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
+        return result.stdout
+
+    def manage_json(self, *args: str) -> dict:
+        return json.loads(self.manage(*args, "--json"))
+
+    def team_create(self, name: str = "t") -> dict:
+        return self.manage_json("team_create", name)
+
+    def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
+        args = ["operator_create", username, "--password", "pw-" + username]
+        if viewer:
+            args.append("--viewer")
+        return self.manage_json(*args)
+
+    def close(self) -> None:
+        if self.postgres:
+            _postgres_database_drop(self.env["DATABASE_URL"])
+
+
+class DaphneProcess:
+    def __init__(self, environment: LiveEnvironment, port: int | None = None, **extra_env: str):
+        self.environment = environment
+        self.port = port or free_port()
+        self.extra_env = extra_env
+        self.proc: subprocess.Popen | None = None
+        self.log_path = environment.tmp_path / f"daphne-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> "DaphneProcess":
+        env = {**self.environment.env, **self.extra_env}
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited early: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/api/v1/tools", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"daphne did not answer in {timeout}s: {self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """kill -9: no goodbye to anyone."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
