@@ -97,10 +97,13 @@ def member_session_set(*, member_id: int, state: str, channel: str) -> tuple[Mem
         previous = member.status
         member.session_state = state
         member.session_channel = channel
+        member.start_requested_at = None  # the requested session is here
         if member.phase in (Phase.PROVISIONING, Phase.FAILED):
             member.phase = Phase.ACTIVE
         member.status_changed_at = timezone.now()
-        member.save(update_fields=["session_state", "session_channel", "phase", "status_changed_at"])
+        member.save(
+            update_fields=["session_state", "session_channel", "start_requested_at", "phase", "status_changed_at"]
+        )
     return member, previous
 
 

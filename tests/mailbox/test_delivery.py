@@ -1,0 +1,159 @@
+"""mailbox/delivery.py: Steer delivery to running, idle and inactive targets."""
+import pytest
+from channels.db import database_sync_to_async
+
+from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from tests.support.inproc import Agent, spawn, team_new
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@database_sync_to_async
+def message_state(message_id: str) -> str:
+    return TeamMessage.objects.get(pk=message_id).state
+
+
+@database_sync_to_async
+def log_kinds(message_id: str) -> list[str]:
+    return list(LeadLogRecord.objects.filter(message_id=message_id).order_by("id").values_list("kind", flat=True))
+
+
+async def test_running_target_is_steered_and_delivered_only_after_its_entry(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("running")
+
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="look at task-1")
+    assert sent["status"] == "accepted"
+    steer = await agent.expect("steer")
+    assert steer["message"]["id"] == sent["message_id"]
+    assert steer["message"]["sender"] == "lead"
+    assert steer["message"]["target"] == "implementer"
+    assert await message_state(sent["message_id"]) == "accepted"
+
+    ack = await agent.integrate(steer["message"])
+    assert ack["folded"] is False
+    assert await message_state(sent["message_id"]) == "delivered"
+    assert await log_kinds(sent["message_id"]) == [
+        "team/message/queued",
+        "team/message/accepted",
+        "team/message/delivered",
+    ]
+    await agent.close()
+
+
+async def test_idle_target_gets_a_steer_that_starts_a_turn(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("idle")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="start please")
+    assert sent["status"] == "accepted"
+    steer = await agent.expect("steer")
+    # An idle session starts a turn for it and says so.
+    await agent.status("running")
+    await agent.integrate(steer["message"])
+    await agent.status("idle")
+    assert await message_state(sent["message_id"]) == "delivered"
+    await agent.close()
+
+
+async def test_inactive_target_is_resumed_through_the_host(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    provision = await host.expect("start")
+    assert provision["member"] == "implementer" and provision["reason"] == "provision"
+
+    # The session comes up, then goes away: the member is inactive.
+    first = Agent(provision["token"])
+    await first.connect("idle")
+    await first.close()
+
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="wake up")
+    assert sent["status"] == "accepted"
+    resume = await host.expect("start")
+    assert resume == {"type": "start", "member": "implementer", "token": resume["token"], "reason": "resume"}
+
+    resumed = Agent(resume["token"])
+    await resumed.connect("idle")
+    steer = await resumed.expect("steer")
+    assert steer["message"]["id"] == sent["message_id"]
+    await resumed.integrate(steer["message"])
+    assert await message_state(sent["message_id"]) == "delivered"
+    await resumed.close()
+    await host.close()
+
+
+async def test_inactive_target_without_a_host_stays_queued_until_its_session_says_hello(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="when you are up")
+    assert sent["status"] == "queued"
+    assert await message_state(sent["message_id"]) == "queued"
+
+    agent = Agent(impl)
+    welcome = await agent.connect("idle")
+    assert welcome["replay"] == 1
+    steer = await agent.expect("steer")
+    assert steer["message"]["id"] == sent["message_id"]
+    await agent.integrate(steer["message"])
+    assert await message_state(sent["message_id"]) == "delivered"
+    await agent.close()
+
+
+async def test_teammates_reach_the_lead_and_each_other_with_their_real_sender(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    research = await spawn(api, team["lead"], "alpha", "researcher")
+    lead_agent, impl_agent = Agent(team["lead"]), Agent(impl)
+    await lead_agent.connect("running")
+    await impl_agent.connect("running")
+
+    to_lead = await api.ok(research, "send_message", target="lead", message="task-1 done")
+    to_sibling = await api.ok(research, "send_message", target="implementer", message="task-1 done, go")
+    assert to_lead["status"] == to_sibling["status"] == "accepted"
+    at_lead = (await lead_agent.expect("steer"))["message"]
+    at_sibling = (await impl_agent.expect("steer"))["message"]
+    assert (at_lead["sender"], at_lead["target"]) == ("researcher", "lead")
+    assert (at_sibling["sender"], at_sibling["target"]) == ("researcher", "implementer")
+    await lead_agent.integrate(at_lead)
+    await impl_agent.integrate(at_sibling)
+    assert await message_state(to_lead["message_id"]) == "delivered"
+    assert await message_state(to_sibling["message_id"]) == "delivered"
+
+    # A payload can never choose its sender.
+    forged = await api.tool(research, "send_message", target="implementer", message="hi", sender="lead")
+    assert forged.status_code == 400
+    assert forged.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert forged.json()["persisted"] is False
+    senders = await database_sync_to_async(
+        lambda: sorted(TeamMessage.objects.values_list("sender__name", flat=True))
+    )()
+    assert senders == ["researcher", "researcher"]
+    await lead_agent.close()
+    await impl_agent.close()
+
+
+async def test_a_repeated_entry_folds_into_one_history_entry_and_one_delivered_record(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("running")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="once")
+    steer = (await agent.expect("steer"))["message"]
+    assert (await agent.integrate(steer, entry_id="e-1"))["folded"] is False
+    # The same entry again, and the same message under another entry id: both fold.
+    assert (await agent.integrate(steer, entry_id="e-1"))["folded"] is True
+    assert (await agent.integrate(steer, entry_id="e-2"))["folded"] is True
+
+    counts = await database_sync_to_async(
+        lambda: (
+            HistoryEntry.objects.filter(message_id=sent["message_id"]).count(),
+            LeadLogRecord.objects.filter(message_id=sent["message_id"], kind="team/message/delivered").count(),
+        )
+    )()
+    assert counts == (1, 1)
+    await agent.close()

@@ -1,0 +1,50 @@
+"""GET /api/v1/tools: the nine tools, their schemas generated from the pydantic models.
+
+The snapshot pins the wire contract. After a deliberate schema change,
+regenerate it with:
+
+    STEERBOARD_UPDATE_SNAPSHOTS=1 python -m pytest tests/mailbox/test_tools_schema.py
+
+and review the diff of tests/mailbox/snapshots/tools.json like any contract change.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "tools.json"
+NINE = [
+    "spawn_teammate",
+    "send_message",
+    "list_agents",
+    "wait_agent",
+    "interrupt_agent",
+    "team_task_create",
+    "team_task_list",
+    "team_task_get",
+    "team_task_update",
+]
+
+
+@pytest.mark.django_db
+def test_tools_list_matches_the_snapshot(client):
+    response = client.get("/api/v1/tools")
+    assert response.status_code == 200
+    tools = response.json()
+    assert [t["name"] for t in tools] == NINE
+    for tool in tools:
+        assert set(tool) == {"name", "description", "input_schema", "output_schema"}
+        assert tool["input_schema"]["type"] == "object"
+    if os.environ.get("STEERBOARD_UPDATE_SNAPSHOTS"):
+        SNAPSHOT.write_text(json.dumps(tools, indent=2, sort_keys=True) + "\n")
+    assert tools == json.loads(SNAPSHOT.read_text())
+
+
+@pytest.mark.django_db
+def test_no_tool_offers_a_scheduling_or_sender_choice(client):
+    for tool in client.get("/api/v1/tools").json():
+        properties = set(tool["input_schema"].get("properties", {}))
+        assert not properties & {"sender", "notification_policy", "quiet", "followup", "schedule"}, tool["name"]
+    send = next(t for t in client.get("/api/v1/tools").json() if t["name"] == "send_message")
+    assert {"target", "message"} <= set(send["input_schema"]["required"])
