@@ -91,9 +91,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
-    DATABASES["default"].setdefault("TEST", {})
-    if os.environ.get("STEERBOARD_TEST_DB"):
-        DATABASES["default"]["TEST"]["NAME"] = os.environ["STEERBOARD_TEST_DB"]
+    # Tests use a file, not shared-cache memory: the busy timeout then holds
+    # for concurrent threads as it does in production. One file per process.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer ----------------------------------------------------------

@@ -281,7 +281,12 @@ def entry_record(*, member: Member, entry: dict) -> tuple[HistoryEntry | None, b
         created = False  # source folding: this entry (or this message) is already in the history
     faults.crash_point("after_entry")
     if message_id:
-        message_mark_delivered(message_id=message_id)
+        try:
+            message_mark_delivered(message_id=message_id)
+        except faults.TemporaryDeliveryError:
+            # The entry is durable; recovery (reconcile, or the session's next
+            # report of it) writes the delivered record.
+            log.warning("delivered record for %s deferred to recovery", message_id)
     return row, created
 
 
