@@ -147,4 +147,27 @@ class HostPresence(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="hosts")
     channel = models.CharField(max_length=255, unique=True)
+    # The ServerProcess holding the websocket; when it stops beating, the row is reaped.
+    process_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    connected_at = models.DateTimeField(auto_now_add=True)
+
+
+class ServerProcess(models.Model):
+    """A running server process. Its heartbeat vouches for the websockets it holds
+    (mailbox/presence.py); a process that stopped beating is dead and its
+    sessions and hosts are reaped by recovery."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    hostname = models.CharField(max_length=255, blank=True, default="")
+    pid = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(auto_now_add=True)
+    last_seen = models.DateTimeField(db_index=True)
+
+
+class SessionPresence(models.Model):
+    """A connected agent session websocket (after its hello) and the process holding it."""
+
+    channel = models.CharField(primary_key=True, max_length=255)
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="presences")
+    process_id = models.CharField(max_length=64, db_index=True)
     connected_at = models.DateTimeField(auto_now_add=True)
