@@ -171,3 +171,27 @@ class SessionPresence(models.Model):
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="presences")
     process_id = models.CharField(max_length=64, db_index=True)
     connected_at = models.DateTimeField(auto_now_add=True)
+
+
+class IdempotencyRecord(models.Model):
+    """A tool call made with an idempotency key, and the result to replay for it.
+
+    Scoped to (member, tool, key): the unique constraint is what makes two
+    concurrent calls with one key produce one effect. ``fingerprint`` is the
+    hash of the call's arguments; ``result`` is filled in once the call is done
+    (a send stores its message id with the message, then the full result after
+    admission). Expired rows are pruned (mailbox/idempotency.py).
+    """
+
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="idempotency_records")
+    tool = models.CharField(max_length=64)
+    key = models.CharField(max_length=128)
+    fingerprint = models.CharField(max_length=64)
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["member", "tool", "key"], name="idempotency_key_unique_per_member_tool")
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_age")]
