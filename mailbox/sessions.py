@@ -4,6 +4,7 @@ Also the Queue adapter: human prompts wait for an idle target and are pushed
 one at a time, each its own turn, never merged into a running turn.
 """
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from mailbox import delivery, events
@@ -148,11 +149,15 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
         member = Member.objects.select_for_update().get(pk=member_id)
         if member.status != Status.IDLE:
             return None
+        mine = HumanPrompt.objects.filter(target=member)
         if fresh_session:
-            # A prompt started by a session that has since gone never completed; offer it again.
-            HumanPrompt.objects.filter(target=member, state=PromptState.STARTED).update(state=PromptState.QUEUED)
-        elif HumanPrompt.objects.filter(target=member, state=PromptState.STARTED).exists():
-            return None
+            # A prompt pushed to (or started by) a session that has since gone never
+            # completed; offer it again to the new session.
+            mine.filter(state__in=[PromptState.QUEUED, PromptState.STARTED]).update(
+                state=PromptState.QUEUED, pushed_at=None
+            )
+        elif mine.filter(Q(state=PromptState.STARTED) | Q(state=PromptState.QUEUED, pushed_at__isnull=False)).exists():
+            return None  # one prompt turn at a time
         prompt = (
             HumanPrompt.objects.filter(target=member, state=PromptState.QUEUED)
             .select_related("author")

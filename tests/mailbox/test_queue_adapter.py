@@ -1,0 +1,106 @@
+"""mailbox/sessions.py: human prompts through the Queue adapter are always their own turn."""
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+
+from mailbox.models import HumanPrompt
+from tests.support.inproc import Agent, spawn, team_new
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@database_sync_to_async
+def person(name: str, operator: bool) -> str:
+    user = User.objects.create_user(name, password="pw")
+    if operator:
+        user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    return Token.objects.create(user=user).key
+
+
+@database_sync_to_async
+def prompt_state(prompt_id: str) -> str:
+    return HumanPrompt.objects.get(pk=prompt_id).state
+
+
+async def test_a_prompt_to_a_running_target_waits_for_its_turn_to_end_and_is_its_own_turn(api):
+    team = await team_new()
+    target = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(target)
+    await agent.connect("running")
+    token = await person("ops", operator=True)
+
+    response = await api.http.post(
+        "/api/v1/teams/alpha/prompts",
+        json={"target": "implementer", "content": "please summarise"},
+        headers={"Authorization": f"Token {token}"},
+    )
+    assert response.status_code == 201, response.text
+    prompt = response.json()["prompt"]
+    assert prompt["state"] == "queued"
+    # Never merged into the running turn.
+    assert await agent.nothing("prompt")
+
+    # A team message meanwhile still steers into the running turn.
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="also this")
+    steer = (await agent.expect("steer"))["message"]
+    assert steer["id"] == sent["message_id"]
+    await agent.integrate(steer)
+    assert await agent.nothing("prompt")
+
+    await agent.status("idle")
+    pushed = await agent.expect("prompt")
+    assert pushed["prompt"] == {"id": prompt["id"], "author": "ops", "content": "please summarise"}
+
+    await agent.status("running")
+    await agent.send(
+        {"type": "entry", "entry": {"id": "p-1", "kind": "prompt", "prompt_id": prompt["id"], "text": "please summarise"}}
+    )
+    await agent.expect("ack")
+    assert await prompt_state(prompt["id"]) == "started"
+    await agent.status("idle")
+    assert await prompt_state(prompt["id"]) == "completed"
+    await agent.close()
+
+
+async def test_two_prompts_are_two_turns(api):
+    team = await team_new()
+    target = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(target)
+    await agent.connect("idle")
+    token = await person("ops", operator=True)
+    headers = {"Authorization": f"Token {token}"}
+    for content in ("first", "second"):
+        response = await api.http.post(
+            "/api/v1/teams/alpha/prompts", json={"target": "implementer", "content": content}, headers=headers
+        )
+        assert response.status_code == 201
+    first = (await agent.expect("prompt"))["prompt"]
+    assert first["content"] == "first"
+    await agent.status("running")
+    await agent.send({"type": "entry", "entry": {"id": "p-1", "kind": "prompt", "prompt_id": first["id"]}})
+    await agent.expect("ack")
+    assert await agent.nothing("prompt")
+    await agent.status("idle")
+    second = (await agent.expect("prompt"))["prompt"]
+    assert second["content"] == "second"
+    await agent.close()
+
+
+async def test_a_viewer_can_read_but_not_prompt_or_retry(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="stuck")
+    viewer = {"Authorization": f"Token {await person('watcher', operator=False)}"}
+
+    assert (await api.http.get("/api/v1/teams/alpha", headers=viewer)).status_code == 200
+    listing = await api.http.get("/api/v1/teams/alpha/messages", headers=viewer)
+    assert [m["id"] for m in listing.json()["messages"]] == [sent["message_id"]]
+
+    refused = await api.http.post(
+        "/api/v1/teams/alpha/prompts", json={"target": "implementer", "content": "x"}, headers=viewer
+    )
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
+    refused = await api.http.post(f"/api/v1/teams/alpha/messages/{sent['message_id']}/retry", headers=viewer)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
+    assert await database_sync_to_async(HumanPrompt.objects.count)() == 0
