@@ -1,0 +1,253 @@
+"""Reads for the dashboard: the team snapshot the page renders, and the team overview.
+
+Every read is windowed so a page load costs a bounded number of rows however
+many messages, entries or prompts a team has: per target the pending messages
+(at most the mailbox limit) and the newest delivered ones, per member the newest
+history entries, the first page of tasks. Counts are aggregates. Older rows are
+reached page by page (``frontend.views.member_messages``, the operator API).
+"""
+import json
+from datetime import datetime
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from frontend.markdown import markdown_html
+from mailbox import selectors as mailbox_selectors
+from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from teams import selectors as team_selectors
+from teams.models import Member, Status, Task, TaskStatus, Team
+
+PENDING_WINDOW = 30  # queued + accepted shown per target (the mailbox holds at most 64)
+DELIVERED_WINDOW = 10  # delivered shown per target
+LATENCY_WINDOW = 40  # delivered messages per target drawn in the latency pictures
+HISTORY_WINDOW = 80  # newest history entries per member for the timeline
+PROMPT_WINDOW = 50  # undone human prompts per team
+TASK_WINDOW = 100
+TEAM_LIST_WINDOW = 100
+ENTRY_TEXT_LIMIT = 300
+
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def message_view(message: TeamMessage) -> dict:
+    out = mailbox_selectors.message_out(message)
+    content = out.pop("content")
+    out["html"] = markdown_html(content)
+    out["bytes"] = len(content.encode("utf-8"))
+    return out
+
+
+def _latency_point(message: TeamMessage) -> dict | None:
+    if not message.delivered_at:
+        return None
+    return {
+        "message_id": message.id,
+        "target": message.target.name,
+        "delivered_at": _iso(message.delivered_at),
+        "seconds": round(max((message.delivered_at - message.queued_at).total_seconds(), 0.0), 3),
+    }
+
+
+def _text_of(data: dict) -> str:
+    for key in ("text", "content", "message", "result", "output"):
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            return value
+    for key in ("name", "tool"):
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            args = data.get("arguments", data.get("input", data.get("args")))
+            return f"{value}({_short(args)})" if args is not None else value
+    return ""
+
+
+def _short(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def entry_view(row: HistoryEntry) -> dict:
+    data = row.data if isinstance(row.data, dict) else {}
+    text = _text_of(data)
+    if len(text) > ENTRY_TEXT_LIMIT:
+        text = text[: ENTRY_TEXT_LIMIT - 1] + "…"
+    out = {"id": row.entry_id, "kind": row.kind, "text": text, "at": _iso(row.created_at)}
+    source = data.get("source") if isinstance(data.get("source"), dict) else None
+    if row.message_id:
+        out["message_id"] = row.message_id
+        out["sender"] = (source or {}).get("sender")
+    if row.prompt_id:
+        out["prompt_id"] = row.prompt_id
+    if row.kind == EntryKind.TOOL_CALL or row.kind == EntryKind.TOOL_RESULT:
+        out["tool"] = data.get("name") or data.get("tool")
+    return out
+
+
+def _step_of(data: dict, default: int) -> int:
+    step = data.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else default
+
+
+def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict], dict | None]:
+    """Group history entries (oldest first) into turns and steps; return (turns, current turn).
+
+    Entries carry ``turn_id`` and ``step`` by convention; without them a
+    ``turn_start`` or a human ``prompt`` opens a new turn. A turn that holds a
+    ``prompt`` entry is a prompt turn: the Queue adapter starts each one on its own.
+    """
+    turns: list[dict] = []
+    current: dict | None = None
+    for row in rows:
+        data = row.data if isinstance(row.data, dict) else {}
+        turn_id = data.get("turn_id") if isinstance(data.get("turn_id"), str) else None
+        if turn_id is not None:
+            opens = current is None or current["turn_id"] != turn_id
+        else:
+            has_content = current is not None and any(
+                e["kind"] != EntryKind.TURN_START for s in current["steps"] for e in s["entries"]
+            )
+            opens = (
+                current is None
+                or current["ended"]
+                or (row.kind == EntryKind.TURN_START and has_content)
+                or (row.kind == EntryKind.PROMPT and has_content)
+            )
+        if opens:
+            current = {
+                "turn_id": turn_id or f"turn-at-{row.entry_id}",
+                "kind": "turn",
+                "prompt_id": None,
+                "started_at": _iso(row.created_at),
+                "ended": False,
+                "partial": not turns and row.kind not in (EntryKind.TURN_START, EntryKind.PROMPT),
+                "steps": [],
+                "_last_step": 0,
+            }
+            turns.append(current)
+        step = _step_of(data, current["_last_step"])
+        if row.kind != EntryKind.USER_MESSAGE:
+            # A steered message reports the step it entered; other entries advance the turn.
+            current["_last_step"] = max(current["_last_step"], step)
+        bucket = next((s for s in current["steps"] if s["step"] == step), None)
+        if bucket is None:
+            bucket = {"step": step, "entries": []}
+            current["steps"].append(bucket)
+            current["steps"].sort(key=lambda s: s["step"])
+        bucket["entries"].append(entry_view(row))
+        if row.kind == EntryKind.PROMPT:
+            current["kind"] = "prompt"
+            current["prompt_id"] = row.prompt_id
+        if row.kind == EntryKind.TURN_END:
+            current["ended"] = True
+    for turn in turns:
+        del turn["_last_step"]
+        turn["step_count"] = max((s["step"] for s in turn["steps"]), default=0) + 1
+    running = None
+    if status == Status.RUNNING and turns and not turns[-1]["ended"]:
+        last = turns[-1]
+        running = {
+            "turn_id": last["turn_id"],
+            "kind": last["kind"],
+            "step": last["steps"][-1]["step"] if last["steps"] else 0,
+            "started_at": last["started_at"],
+        }
+    return turns, running
+
+
+def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
+    pending = list(
+        TeamMessage.objects.filter(target=member, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
+        .select_related("sender", "target")
+        .order_by("seq")[:PENDING_WINDOW]
+    )
+    delivered = list(
+        TeamMessage.objects.filter(target=member, state=MessageState.DELIVERED)
+        .select_related("sender", "target")
+        .order_by("-seq")[:LATENCY_WINDOW]
+    )
+    by_state = {
+        MessageState.QUEUED.value: [message_view(m) for m in pending if m.state == MessageState.QUEUED],
+        MessageState.ACCEPTED.value: [message_view(m) for m in pending if m.state == MessageState.ACCEPTED],
+        MessageState.DELIVERED.value: [message_view(m) for m in delivered[:DELIVERED_WINDOW]],
+    }
+    latency = [p for p in (_latency_point(m) for m in reversed(delivered)) if p]
+    return by_state, latency
+
+
+def team_snapshot(*, team: Team) -> dict:
+    """Everything the team page shows, read from the database in one bounded pass."""
+    counts = mailbox_selectors.member_counts(team=team)
+    prompts = list(
+        HumanPrompt.objects.filter(team=team, state__in=[PromptState.QUEUED, PromptState.STARTED])
+        .select_related("author", "target")
+        .order_by("created_at")[:PROMPT_WINDOW]
+    )
+    members = []
+    for member in team_selectors.member_list(team_id=team.pk):
+        status = member.status
+        messages, latency = _messages_for(member)
+        rows = list(HistoryEntry.objects.filter(member=member).order_by("-id")[:HISTORY_WINDOW])
+        rows.reverse()
+        turns, current_turn = timeline_build(rows, status=status)
+        members.append(
+            {
+                **team_selectors.member_out(member),
+                "status_changed_at": _iso(member.status_changed_at),
+                "counts": counts.get(member.pk, {"queued": 0, "accepted": 0, "delivered": 0}),
+                "messages": messages,
+                "latency": latency,
+                "current_turn": current_turn,
+                "timeline": turns,
+                "timeline_partial": len(rows) == HISTORY_WINDOW,
+                "prompts": [mailbox_selectors.prompt_out(p) for p in prompts if p.target_id == member.pk],
+            }
+        )
+    tasks, next_cursor = team_selectors.task_list(team_id=team.pk, limit=TASK_WINDOW)
+    return {
+        "team": team.name,
+        "generated_at": _iso(timezone.now()),
+        "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
+        "members": members,
+        "tasks": [team_selectors.task_out(t) for t in tasks],
+        "tasks_more": next_cursor is not None,
+    }
+
+
+def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
+    """The team list: per team its members' statuses, message counts by state and open tasks."""
+    teams = list(Team.objects.order_by("name")[:limit])
+    ids = [t.pk for t in teams]
+    members: dict[int, list[dict]] = {i: [] for i in ids}
+    for member in Member.objects.filter(team_id__in=ids).order_by("id"):
+        members[member.team_id].append({"name": member.name, "role": member.role, "status": member.status})
+    states = {i: {"queued": 0, "accepted": 0, "delivered": 0} for i in ids}
+    for row in TeamMessage.objects.filter(team_id__in=ids).values("team_id", "state").annotate(n=Count("pk")):
+        states[row["team_id"]][row["state"]] = row["n"]
+    open_tasks = dict(
+        Task.objects.filter(team_id__in=ids)
+        .filter(Q(status=TaskStatus.PENDING) | Q(status=TaskStatus.IN_PROGRESS))
+        .values("team_id")
+        .annotate(n=Count("pk"))
+        .values_list("team_id", "n")
+    )
+    return [
+        {
+            "team": t.name,
+            "created_at": _iso(t.created_at),
+            "members": members[t.pk],
+            "messages": states[t.pk],
+            "open_tasks": open_tasks.get(t.pk, 0),
+        }
+        for t in teams
+    ]
+
+
+def member_messages_page(
+    *, team: Team, member: str, state: str | None, cursor: str | None, limit: int = 50
+) -> tuple[list[dict], str | None]:
+    page, next_cursor = mailbox_selectors.message_list(team=team, target=member, state=state, cursor=cursor, limit=limit)
+    return [message_view(m) for m in page], next_cursor

@@ -1,0 +1,441 @@
+// Steerboard dashboard: keeps the team page (and the team list) live.
+//
+// The websocket only rings a doorbell ("team.changed"); the page then re-reads
+// the snapshot from the server, which reads the database. On every (re)connect
+// the page re-reads too, so nothing shown stays stale after a dropped socket.
+// Message HTML arrives already rendered and sanitised by the server; every
+// other string is set as text.
+
+const SVG = "http://www.w3.org/2000/svg";
+const STATES = ["queued", "accepted", "delivered"];
+const body = document.body;
+const page = body.dataset.page;
+
+// ---------------------------------------------------------------- DOM helpers
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  setAttrs(el, attrs);
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function s(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  setAttrs(el, attrs);
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function setAttrs(el, attrs) {
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+function clock(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+function seconds(value) {
+  if (value < 1) return `${Math.round(value * 1000)} ms`;
+  if (value < 120) return `${value.toFixed(1)} s`;
+  return `${Math.round(value / 60)} min`;
+}
+function timeEl(label, iso) {
+  return iso ? h("time", { datetime: iso, title: iso, class: `t-${label}` }, `${label} ${clock(iso)}`) : null;
+}
+
+// ------------------------------------------------------------------ live link
+function liveSocket(path, onChange) {
+  const conn = document.querySelector("[data-connection]");
+  let delay = 500;
+  const setConn = (state, text) => {
+    body.dataset.connection = state;
+    if (conn) {
+      conn.dataset.connection = state;
+      conn.textContent = text;
+    }
+  };
+  const open = () => {
+    setConn("connecting", "connecting…");
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${scheme}://${location.host}${path}`);
+    ws.addEventListener("message", (event) => {
+      const frame = JSON.parse(event.data);
+      if (frame.type === "subscribed") {
+        delay = 500;
+        setConn("live", "live");
+        onChange(frame); // resync: whatever happened while away is in this read
+      } else if (frame.type === "team.changed") {
+        onChange(frame);
+      }
+    });
+    ws.addEventListener("close", (event) => {
+      if (event.code === 4401) {
+        location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
+        return;
+      }
+      setConn("offline", "offline — reconnecting");
+      setTimeout(open, delay);
+      delay = Math.min(delay * 2, 5000);
+    });
+  };
+  open();
+}
+
+// A burst of doorbells costs one read in flight and at most one more after it.
+function coalesced(read) {
+  let running = false;
+  let again = false;
+  return async function run() {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        await read();
+      } while (again);
+    } finally {
+      running = false;
+    }
+  };
+}
+
+async function getJson(url) {
+  const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+  if (response.redirected || response.status === 401 || response.status === 403) {
+    location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
+    throw new Error("signed out");
+  }
+  if (!response.ok) throw new Error(`${url}: ${response.status}`);
+  return response.json();
+}
+
+// ------------------------------------------------------------ operator calls
+function csrfToken() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? meta.content : "";
+}
+
+async function operatorPost(url, payload) {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
+    body: payload === undefined ? "" : JSON.stringify(payload),
+    credentials: "same-origin",
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error ? data.error.message : `refused (${response.status})`);
+  return data;
+}
+
+// ---------------------------------------------------------------- pictures
+function stateBar(counts) {
+  const total = STATES.reduce((sum, st) => sum + counts[st], 0);
+  const svg = s("svg", { class: "bar", viewBox: "0 0 100 6", preserveAspectRatio: "none", role: "img", "data-chart": "states" });
+  svg.append(s("title", {}, STATES.map((st) => `${counts[st]} ${st}`).join(", ")));
+  if (total === 0) {
+    svg.append(s("rect", { x: 0, y: 0, width: 100, height: 6, class: "empty" }));
+    return svg;
+  }
+  let x = 0;
+  for (const st of STATES) {
+    const w = (counts[st] / total) * 100;
+    if (w > 0) svg.append(s("rect", { x: x.toFixed(3), y: 0, width: w.toFixed(3), height: 6, class: `fill-${st}`, "data-state": st, "data-count": counts[st] }));
+    x += w;
+  }
+  return svg;
+}
+
+function latencyChart(points, { width = 300, height = 90, colors = null } = {}) {
+  const svg = s("svg", { class: "latency", viewBox: `0 0 ${width} ${height}`, role: "img", "data-points": points.length });
+  if (!points.length) {
+    svg.append(s("title", {}, "No delivered messages yet"));
+    svg.append(s("text", { x: width / 2, y: height / 2, class: "axis", "text-anchor": "middle" }, "no deliveries yet"));
+    return svg;
+  }
+  const times = points.map((p) => Date.parse(p.delivered_at));
+  const t0 = Math.min(...times);
+  const t1 = Math.max(...times);
+  const maxSeconds = Math.max(...points.map((p) => p.seconds), 0.001);
+  const left = 34, right = 6, top = 6, bottom = 14;
+  const x = (t) => left + (t1 === t0 ? (width - left - right) / 2 : ((t - t0) / (t1 - t0)) * (width - left - right));
+  const y = (v) => top + (1 - v / maxSeconds) * (height - top - bottom);
+  svg.append(s("title", {}, `send → delivered, last ${points.length} deliveries, max ${seconds(maxSeconds)}`));
+  svg.append(s("line", { x1: left, y1: y(0), x2: width - right, y2: y(0), class: "axis-line" }));
+  svg.append(s("line", { x1: left, y1: top, x2: left, y2: y(0), class: "axis-line" }));
+  svg.append(s("text", { x: left - 3, y: top + 6, class: "axis", "text-anchor": "end" }, seconds(maxSeconds)));
+  svg.append(s("text", { x: left - 3, y: y(0), class: "axis", "text-anchor": "end" }, "0"));
+  svg.append(s("text", { x: left, y: height - 2, class: "axis" }, clock(new Date(t0).toISOString())));
+  svg.append(s("text", { x: width - right, y: height - 2, class: "axis", "text-anchor": "end" }, clock(new Date(t1).toISOString())));
+  const byTarget = new Map();
+  points.forEach((p, i) => {
+    if (!byTarget.has(p.target)) byTarget.set(p.target, []);
+    byTarget.get(p.target).push([x(times[i]), y(p.seconds), p]);
+  });
+  for (const [target, pts] of byTarget) {
+    const cls = colors ? `series c${colors.get(target) % 8}` : "series c0";
+    pts.sort((a, b) => a[0] - b[0]);
+    if (pts.length > 1) svg.append(s("polyline", { class: `${cls} line`, points: pts.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(" ") }));
+    for (const [px, py, p] of pts) {
+      svg.append(s("circle", { cx: px.toFixed(1), cy: py.toFixed(1), r: 2.2, class: cls, "data-message-ref": p.message_id },
+        s("title", {}, `${p.target}: ${seconds(p.seconds)} (delivered ${clock(p.delivered_at)})`)));
+    }
+  }
+  return svg;
+}
+
+// ---------------------------------------------------------------- team page
+function messageItem(team, m, canAct) {
+  const retry = canAct && m.state !== "delivered"
+    ? h("button", {
+        type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id,
+        title: "Run admission again for this message",
+        onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/retry`),
+      }, "retry")
+    : null;
+  const latency = m.delivered_at ? h("span", { class: "lat muted" }, `in ${seconds((Date.parse(m.delivered_at) - Date.parse(m.queued_at)) / 1000)}`) : null;
+  const body = h("div", { class: "md" });
+  body.innerHTML = m.html; // rendered from Markdown and sanitised by the server (markdown-it-py + nh3)
+  return h("li", { class: `msg state-${m.state}`, "data-message-id": m.id, "data-state": m.state, "data-seq": m.seq },
+    h("div", { class: "msg-head" },
+      h("span", { class: "seq" }, `#${m.seq}`), " from ", h("b", { class: "sender" }, m.sender),
+      h("span", { class: "times" }, timeEl("queued", m.queued_at), timeEl("accepted", m.accepted_at), timeEl("delivered", m.delivered_at)),
+      latency,
+      m.attempts > 1 ? h("span", { class: "muted" }, `${m.attempts} attempts`) : null,
+      retry),
+    m.last_error && m.state !== "delivered" ? h("div", { class: "last-error", role: "note" }, m.last_error) : null,
+    body);
+}
+
+function entryItem(e) {
+  const label = {
+    user_message: e.message_id ? `steered from ${e.sender || "a teammate"}` : "user", prompt: "human prompt",
+    assistant_text: "assistant", tool_call: "tool call", tool_result: "tool result",
+    turn_start: "turn started", turn_end: "turn ended",
+  }[e.kind] || e.kind;
+  return h("li", { class: `entry kind-${e.kind}`, "data-entry-kind": e.kind, "data-entry-message-id": e.message_id || null, "data-entry-prompt-id": e.prompt_id || null },
+    h("span", { class: "entry-kind" }, label), e.text ? h("span", { class: "entry-text" }, e.text) : null,
+    h("time", { datetime: e.at, class: "muted" }, clock(e.at)));
+}
+
+function timeline(member) {
+  if (!member.timeline.length) return h("p", { class: "muted small" }, "No turns yet.");
+  const turns = member.timeline.slice(-8).reverse(); // newest first; older ones are in the session history
+  return h("ol", { class: "turns" }, turns.map((t) =>
+    h("li", { class: `turn turn-${t.kind}${t.ended ? " ended" : " open"}`, "data-turn-id": t.turn_id, "data-turn-kind": t.kind, "data-prompt-id": t.prompt_id, "data-ended": t.ended ? "true" : "false" },
+      h("div", { class: "turn-head" },
+        h("b", {}, t.kind === "prompt" ? "Prompt turn" : "Turn"), " ",
+        h("span", { class: "muted" }, `${t.step_count} step${t.step_count === 1 ? "" : "s"} · ${clock(t.started_at)}${t.ended ? "" : " · in progress"}${t.partial ? " · earlier entries not shown" : ""}`)),
+      h("ol", { class: "steps" }, t.steps.map((st) =>
+        h("li", { class: "step", "data-step": st.step },
+          h("span", { class: "step-no" }, `step ${st.step}`),
+          h("ul", { class: "entries" }, st.entries.map(entryItem))))))));
+}
+
+function lane(team, member, canAct, openState) {
+  const counts = member.counts;
+  const cols = STATES.map((st) => {
+    const list = member.messages[st];
+    const hidden = counts[st] - list.length;
+    return h("section", { class: `col col-${st}`, "data-column": st },
+      h("h4", {}, st, " ", h("span", { class: "count", "data-count": st }, counts[st])),
+      h("ol", { class: "msgs" }, list.map((m) => messageItem(team, m, canAct))),
+      hidden > 0 ? h("a", { class: "more small", href: `/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/messages/?state=${st}` }, `${hidden} more →`) : null);
+  });
+  const turn = member.current_turn;
+  const prompts = member.prompts.length
+    ? h("ul", { class: "prompts" }, member.prompts.map((p) =>
+        h("li", { class: `prompt state-${p.state}`, "data-prompt-id": p.id, "data-state": p.state },
+          h("span", { class: `pill state-${p.state}` }, `prompt ${p.state}`), " ", h("span", { class: "muted" }, `${p.author} · ${clock(p.created_at)}`), " ",
+          h("span", { class: "prompt-text" }, p.content.length > 200 ? `${p.content.slice(0, 199)}…` : p.content))))
+    : null;
+  const details = h("details", { class: "timeline", "data-timeline": member.name, open: openState ? true : null,
+    ontoggle: (ev) => { openTimelines.set(member.name, ev.currentTarget.open); } },
+  h("summary", {}, "Timeline"), timeline(member));
+  return h("article", { class: `lane card status-${member.status}`, "data-member": member.name, "data-status": member.status, "data-role": member.role },
+    h("header", { class: "lane-head" },
+      h("h3", {}, member.name), h("span", { class: "role" }, member.role),
+      h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
+      h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
+        turn ? `${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since ${clock(turn.started_at)}` : (member.status === "running" ? "turn starting" : "")),
+      canAct && (counts.queued + counts.accepted) > 0
+        ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member",
+            onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
+        : null),
+    member.description ? h("p", { class: "desc muted small" }, member.description) : null,
+    h("div", { class: "pictures" },
+      h("div", { class: "bar-wrap" }, stateBar(counts),
+        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`)),
+      latencyChart(member.latency, { width: 220, height: 50 })),
+    prompts,
+    h("div", { class: "cols" }, cols),
+    details);
+}
+
+function taskBoard(tasks, more) {
+  if (!tasks.length) return h("p", { class: "muted small" }, "No tasks on the board.");
+  return h("div", {},
+    h("table", { class: "tasks" },
+      h("thead", {}, h("tr", {}, ["task", "subject", "status", "owner", "blocked by", "ready"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, tasks.map((t) =>
+        h("tr", { "data-task-id": t.id, "data-task-status": t.status, "data-ready": t.ready ? "true" : "false" },
+          h("td", {}, t.id), h("td", { title: t.description }, t.subject),
+          h("td", {}, h("span", { class: `pill task-${t.status}` }, t.status.replace("_", " "))),
+          h("td", {}, t.owner || "—"), h("td", {}, t.blocked_by.join(", ") || "—"),
+          h("td", {}, t.ready ? "ready" : "—"))))),
+    more ? h("p", { class: "muted small" }, "More tasks on the board than shown; see the API.") : null);
+}
+
+const openTimelines = new Map();
+const laneKeys = new Map();
+let lastTasksKey = "";
+let lastLatencyKey = "";
+
+function renderTeam(snap) {
+  const team = snap.team;
+  const canAct = snap.me.can_act;
+  const lanes = document.getElementById("lanes");
+  const seen = new Set();
+  let previous = null;
+  for (const member of snap.members) {
+    seen.add(member.name);
+    const key = JSON.stringify(member) + canAct;
+    let el = lanes.querySelector(`:scope > [data-member="${CSS.escape(member.name)}"]`);
+    if (!el || laneKeys.get(member.name) !== key) {
+      const open = openTimelines.has(member.name) ? openTimelines.get(member.name) : true;
+      const fresh = lane(team, member, canAct, open);
+      if (el) el.replaceWith(fresh);
+      el = fresh;
+      laneKeys.set(member.name, key);
+    }
+    const want = previous ? previous.nextElementSibling : lanes.firstElementChild;
+    if (want !== el) lanes.insertBefore(el, want);
+    previous = el;
+  }
+  for (const el of [...lanes.children]) if (!seen.has(el.dataset.member)) el.remove();
+
+  const tasksKey = JSON.stringify(snap.tasks);
+  if (tasksKey !== lastTasksKey) {
+    document.getElementById("tasks").replaceChildren(taskBoard(snap.tasks, snap.tasks_more));
+    lastTasksKey = tasksKey;
+  }
+  const points = snap.members.flatMap((m) => m.latency);
+  const latencyKey = JSON.stringify(points);
+  if (latencyKey !== lastLatencyKey) {
+    const colors = new Map(snap.members.map((m, i) => [m.name, i]));
+    const legend = h("ul", { class: "legend small" }, snap.members.filter((m) => m.latency.length).map((m) =>
+      h("li", { class: `c${colors.get(m.name) % 8}` }, m.name)));
+    document.getElementById("latency").replaceChildren(latencyChart(points, { colors }), legend);
+    lastLatencyKey = latencyKey;
+  }
+  const select = document.querySelector('form[data-action="prompt"] select[name="target"]');
+  if (select) {
+    const names = snap.members.filter((m) => m.status !== "retired").map((m) => m.name);
+    if ([...select.options].map((o) => o.value).join() !== names.join()) {
+      const chosen = select.value;
+      select.replaceChildren(...names.map((n) => h("option", { value: n, selected: n === chosen ? true : null }, n)));
+    }
+  }
+  const stamp = document.querySelector("[data-generated-at]");
+  if (stamp) stamp.textContent = `as of ${clock(snap.generated_at)}`;
+  body.dataset.syncedAt = snap.generated_at;
+}
+
+async function act(button, url) {
+  button.disabled = true;
+  button.classList.remove("failed");
+  try {
+    await operatorPost(url);
+    button.textContent = "retried";
+  } catch (error) {
+    button.textContent = "refused";
+    button.classList.add("failed");
+    button.title = error.message;
+  } finally {
+    setTimeout(() => { button.disabled = false; }, 1000);
+  }
+}
+
+function promptForm(team) {
+  const form = document.querySelector('form[data-action="prompt"]');
+  if (!form) return;
+  const status = form.querySelector("[data-prompt-status]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "sending…";
+    try {
+      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/prompts`, {
+        target: data.get("target"), content: data.get("content"),
+      });
+      status.textContent = `queued for ${answer.prompt.target}`;
+      form.querySelector("textarea").value = "";
+    } catch (error) {
+      status.textContent = `not sent: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
+function teamPage() {
+  const team = body.dataset.team;
+  const initial = document.getElementById("snapshot");
+  if (initial) renderTeam(JSON.parse(initial.textContent));
+  promptForm(team);
+  const refresh = coalesced(async () => {
+    try {
+      renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
+    } catch (error) {
+      body.dataset.syncError = error.message;
+    }
+  });
+  liveSocket(`/ws/dashboard/${encodeURIComponent(team)}/`, refresh);
+}
+
+// ---------------------------------------------------------------- team list
+function renderTeams(data) {
+  const grid = document.getElementById("teams");
+  if (!data.teams.length) return;
+  grid.replaceChildren(...data.teams.map((t) =>
+    h("a", { class: "card team-card", href: `/teams/${encodeURIComponent(t.team)}/`, "data-team": t.team },
+      h("h2", {}, t.team),
+      h("ul", { class: "pills" }, t.members.map((m) => h("li", { class: `pill status-${m.status}`, "data-member": m.name, "data-status": m.status }, `${m.name} · ${m.status}`))),
+      stateBar(t.messages),
+      h("p", { class: "counts" },
+        h("span", { class: "q" }, `${t.messages.queued} queued`), " · ", h("span", { class: "a" }, `${t.messages.accepted} accepted`), " · ",
+        h("span", { class: "d" }, `${t.messages.delivered} delivered`), ` · ${t.open_tasks} open tasks`))));
+}
+
+function teamListPage() {
+  const refresh = coalesced(async () => {
+    try {
+      renderTeams(await getJson("/teams.json"));
+    } catch (error) {
+      body.dataset.syncError = error.message;
+    }
+  });
+  liveSocket("/ws/dashboard/", refresh);
+  // The socket hears the teams that existed when it opened; new teams show up on this slow re-read.
+  setInterval(refresh, 30000);
+}
+
+if (page === "team") teamPage();
+else if (page === "teams") teamListPage();

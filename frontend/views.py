@@ -1,0 +1,136 @@
+"""The dashboard's pages and the JSON the page module re-reads. Thin: look up, call a selector, render.
+
+Operators act through the operator REST API (mailbox.api.operators) with the
+session and its CSRF token; these views only read.
+"""
+import functools
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.staticfiles import finders
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from django.views.static import serve
+
+from frontend import selectors
+from mailbox.api.permissions import is_operator
+from mailbox.models import MessageState
+from teams import selectors as team_selectors
+from teams.errors import TeamError
+from teams.models import Team
+
+# The page needs nothing from elsewhere and runs no inline script: message
+# content that slipped past the sanitiser still could not execute.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+
+
+def content_security_policy(view):
+    @functools.wraps(view)
+    def wrapped(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        return response
+
+    return wrapped
+
+
+def _team_or_404(name: str) -> Team:
+    try:
+        return team_selectors.team_get(name=name)
+    except TeamError:
+        raise Http404(f"No team named {name!r}.")
+
+
+def _viewer(request) -> dict:
+    operator = is_operator(request.user)
+    return {"username": request.user.get_username(), "role": "operator" if operator else "viewer", "can_act": operator}
+
+
+@require_GET
+@login_required
+@content_security_policy
+def team_list(request):
+    return render(
+        request,
+        "frontend/team_list.html",
+        {"teams": selectors.teams_overview(), "me": _viewer(request), "page": "teams"},
+    )
+
+
+@require_GET
+@login_required
+@never_cache
+def team_list_json(request):
+    return JsonResponse({"teams": selectors.teams_overview(), "me": _viewer(request)})
+
+
+@require_GET
+@login_required
+@content_security_policy
+def team_page(request, team):
+    found = _team_or_404(team)
+    snapshot = {**selectors.team_snapshot(team=found), "me": _viewer(request)}
+    return render(
+        request,
+        "frontend/team.html",
+        {"team": found, "snapshot": snapshot, "me": snapshot["me"], "page": "team"},
+    )
+
+
+@require_GET
+@login_required
+@never_cache
+def team_snapshot_json(request, team):
+    found = _team_or_404(team)
+    return JsonResponse({**selectors.team_snapshot(team=found), "me": _viewer(request)})
+
+
+@require_GET
+@login_required
+@content_security_policy
+def member_messages(request, team, member):
+    """Every message to one target, newest first, a page at a time (keyset cursor)."""
+    found = _team_or_404(team)
+    target = team_selectors.member_get(team_id=found.pk, name=member)
+    if target is None:
+        raise Http404(f"No member named {member!r}.")
+    state = request.GET.get("state") or None
+    if state not in (None, *MessageState.values):
+        state = None
+    try:
+        messages, next_cursor = selectors.member_messages_page(
+            team=found, member=target.name, state=state, cursor=request.GET.get("cursor") or None
+        )
+    except TeamError:
+        raise Http404("That page of messages does not exist.")
+    return render(
+        request,
+        "frontend/member_messages.html",
+        {
+            "team": found,
+            "member": target,
+            "state": state,
+            "states": MessageState.values,
+            "messages": messages,
+            "next_cursor": next_cursor,
+            "me": _viewer(request),
+            "page": "messages",
+        },
+    )
+
+
+def static_file(request, path):
+    """The module and the stylesheet (and any app's static files), served by Django itself."""
+    found = finders.find(path)
+    if not found:
+        raise Http404(path)
+    root = found[: -len(path)] if found.endswith(path) else None
+    if root is None:
+        raise Http404(path)
+    response = serve(request, path, document_root=root)
+    response.headers["Cache-Control"] = "no-cache"
+    return response

@@ -1,0 +1,149 @@
+"""Browser fixtures: Debian's Chromium through Playwright, a real daphne process, agent sessions
+played with the `websockets` client, and screenshots saved under artifacts/."""
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def context(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx.set_default_timeout(20_000)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context, request):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=20_000)
+    pg = context.new_page()
+    dialogs: list[str] = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    pg.dialogs = dialogs  # what opened, if anything: the XSS test asserts nothing did
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.page_errors = errors
+    yield pg
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        screenshot(pg, f"{request.node.name}-failed")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def login(page, server, username: str, password: str) -> None:
+    page.goto(server.url + "/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(server.url + "/")
+
+
+def open_team(page, server, team: str) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{server.url}/teams/{team}/")
+    expect(page.locator("body")).to_have_attribute("data-connection", "live")
+
+
+def tool(server, token: str, tool_name: str, **arguments) -> dict:
+    response = httpx.post(
+        f"{server.url}/api/v1/tools/{tool_name}", json=arguments, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def ws_open(url: str, token: str):
+    """A sync websocket held open across steps of a test (closed by the caller)."""
+    return connect(url, additional_headers={"Authorization": f"Bearer {token}"}).__enter__()
+
+
+class AgentSession:
+    """One agent session on /ws/agent/, played by hand, frame by frame."""
+
+    def __init__(self, server, token: str, status: str = "idle"):
+        self.ws = ws_open(server.ws_url + "/ws/agent/", token)
+        self.send({"type": "hello", "status": status})
+        self.welcome = self.recv("welcome")
+        self.entries = 0
+
+    def send(self, frame: dict) -> None:
+        self.ws.send(json.dumps(frame))
+
+    def recv(self, wanted: str, timeout: float = 20, where=lambda frame: True) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no {wanted!r} frame in {timeout}s")
+            frame = json.loads(self.ws.recv(timeout=remaining))
+            if frame["type"] == wanted and where(frame):
+                return frame
+
+    def status(self, status: str) -> None:
+        self.send({"type": "status", "status": status})
+
+    def entry(self, kind: str, **fields) -> dict:
+        self.entries += 1
+        entry_id = fields.pop("id", f"e{self.entries}-{time.monotonic_ns()}")
+        self.send({"type": "entry", "entry": {"id": entry_id, "kind": kind, **fields}})
+        return self.recv("ack", where=lambda f: f["entry_id"] == entry_id)
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+@pytest.fixture
+def agents():
+    sessions: list[AgentSession] = []
+
+    def start(server, token: str, status: str = "idle") -> AgentSession:
+        session = AgentSession(server, token, status)
+        sessions.append(session)
+        return session
+
+    yield start
+    for session in sessions:
+        try:
+            session.close()
+        except Exception:
+            pass

@@ -1,0 +1,116 @@
+"""The team page follows a team live: message states, member statuses, turns, the task board."""
+import json
+import shutil
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import ROOT, login, open_team, screenshot, tool, ws_open
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+
+def test_message_moves_queued_accepted_delivered_and_statuses_change_without_reload(
+    live_env, daphne_server, page, agents
+):
+    server = daphne_server
+    team = live_env.team_create("alpha")
+    lead = team["lead"]["token"]
+    live_env.operator_create("op")
+    tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="You implement.")
+    tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST")
+    tool(server, lead, "team_task_create", subject="Review the parser", description="", blocked_by=["task-1"])
+
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "alpha")
+    page.evaluate("window.__sameDocument = true")
+    lead_lane = page.locator('[data-member="lead"]')
+    impl_lane = page.locator('[data-member="implementer"]')
+    expect(impl_lane).to_have_attribute("data-status", "provisioning")
+    expect(page.locator('[data-task-id="task-2"]')).to_have_attribute("data-ready", "false")
+
+    lead_session = agents(server, lead, "idle")
+    expect(lead_lane).to_have_attribute("data-status", "idle")
+    lead_session.status("running")
+    expect(lead_lane).to_have_attribute("data-status", "running")
+
+    # No session and no host yet: the message waits, queued.
+    sent = tool(server, lead, "send_message", target="implementer", message="Start on **task-1**, please.")
+    assert sent["status"] == "queued"
+    message = impl_lane.locator(f'[data-message-id="{sent["message_id"]}"]')
+    expect(message).to_have_attribute("data-state", "queued")
+    expect(message.locator(".md strong")).to_have_text("task-1")
+    expect(message).to_contain_text("from lead")
+    screenshot(page, "live-1-queued")
+
+    # A host connects and is asked to start the implementer: the target's inbox accepted it.
+    host = ws_open(server.ws_url + "/ws/host/", team["host_token"])
+    try:
+        start = json.loads(host.recv(timeout=20))
+        assert start["type"] == "start" and start["member"] == "implementer"
+        expect(message).to_have_attribute("data-state", "accepted")
+        screenshot(page, "live-2-accepted")
+
+        # The session starts, gets the message replayed and works a turn with it.
+        impl = agents(server, start["token"], "idle")
+        steer = impl.recv("steer")
+        assert steer["message"]["id"] == sent["message_id"]
+        expect(impl_lane).to_have_attribute("data-status", "idle")
+        impl.status("running")
+        expect(impl_lane).to_have_attribute("data-status", "running")
+        impl.entry("turn_start", turn_id="turn-1", step=0)
+        impl.entry(
+            "user_message",
+            turn_id="turn-1",
+            step=0,
+            text=steer["message"]["content"],
+            source={"kind": "team-message", "message_id": sent["message_id"], "sender": "lead"},
+        )
+        expect(message).to_have_attribute("data-state", "delivered")
+        expect(message.locator("time.t-delivered")).to_be_visible()
+        expect(impl_lane.locator('[data-column="delivered"] [data-count="delivered"]')).to_have_text("1")
+        expect(impl_lane.locator('svg[data-chart="states"] rect[data-state="delivered"]')).to_have_attribute(
+            "data-count", "1"
+        )
+        impl.entry("tool_call", turn_id="turn-1", step=0, name="team_task_update", arguments={"task_id": "task-1"})
+        tool(server, start["token"], "team_task_update", task_id="task-1", expected_revision=1, action="claim")
+        expect(page.locator('[data-task-id="task-1"]')).to_have_attribute("data-task-status", "in_progress")
+        impl.entry("tool_result", turn_id="turn-1", step=0, name="team_task_update", result="claimed task-1")
+        impl.entry("assistant_text", turn_id="turn-1", step=1, text="Parsing the tokens now.")
+        turn = impl_lane.locator('[data-turn-id="turn-1"]')
+        expect(turn.locator('[data-step="0"] [data-entry-message-id]')).to_have_count(1)
+        expect(impl_lane.locator("[data-current-turn]")).to_have_attribute("data-current-turn", "turn-1")
+
+        # A second message steers into the running turn at its next step boundary.
+        second = tool(server, lead, "send_message", target="implementer", message="Also handle `unicode`.")
+        second_el = impl_lane.locator(f'[data-message-id="{second["message_id"]}"]')
+        impl.recv("steer", where=lambda f: f["message"]["id"] == second["message_id"])
+        expect(second_el).to_have_attribute("data-state", "accepted")
+        impl.entry(
+            "user_message",
+            turn_id="turn-1",
+            step=2,
+            text="Also handle `unicode`.",
+            source={"kind": "team-message", "message_id": second["message_id"], "sender": "lead"},
+        )
+        expect(second_el).to_have_attribute("data-state", "delivered")
+        expect(turn.locator('[data-step="2"] [data-entry-message-id]')).to_have_attribute(
+            "data-entry-message-id", second["message_id"]
+        )
+        impl.entry("assistant_text", turn_id="turn-1", step=2, text="Done: tokens, AST and unicode.")
+        impl.entry("turn_end", turn_id="turn-1", step=2)
+        impl.status("idle")
+        expect(impl_lane).to_have_attribute("data-status", "idle")
+        expect(turn).to_have_attribute("data-ended", "true")
+        expect(page.locator('[data-chart="latency"] circle')).to_have_count(2)
+        lead_session.status("idle")
+        expect(lead_lane).to_have_attribute("data-status", "idle")
+        impl.close()
+        expect(impl_lane).to_have_attribute("data-status", "inactive")
+    finally:
+        host.close()
+
+    assert page.evaluate("window.__sameDocument") is True  # all of it without a reload
+    assert page.page_errors == []
+    screenshot(page, "live-3-delivered")
+    shutil.copy(screenshot(page, "team-page"), ROOT / "docs" / "dashboard.png")
