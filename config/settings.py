@@ -164,4 +164,6 @@ STEERBOARD = {
     "REDELIVER_AFTER": _env_float("STEERBOARD_REDELIVER_AFTER", 10.0),
     # How often wait_agent looks at the database while it waits.
     "WAIT_POLL_INTERVAL": _env_float("STEERBOARD_WAIT_POLL_INTERVAL", 0.2),
+    # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.
+    "IDEMPOTENCY_WINDOW": _env_float("STEERBOARD_IDEMPOTENCY_WINDOW", 7 * 24 * 3600.0),
 }

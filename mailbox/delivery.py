@@ -245,10 +245,60 @@ def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str)
 def message_send(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> tuple[TeamMessage, Admission]:
     """Enqueue durably, then admit. Answers the message and what admission saw."""
     message = message_enqueue(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
+    return message_admit_enqueued(message=message)
+
+
+def message_admit_enqueued(*, message: TeamMessage) -> tuple[TeamMessage, Admission]:
+    """The second half of message_send, for callers that commit the enqueue themselves
+    (an idempotent send commits its key with the snapshot)."""
     faults.crash_point("after_queued_commit")
     admission = target_admit(target_id=message.target_id)
     message.refresh_from_db(fields=["state", "attempts", "last_error", "accepted_at", "delivered_at"])
     return message, admission
+
+
+def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
+    """What admission saw, for the sender: the target's status, what happens next, and warnings.
+
+    Observations, not promises: 'accepted' means the target's inbox took the
+    message, never that the target took on the work it asks for."""
+    target = message.target.name
+    status = admission.target_status
+    warnings: list[str] = []
+    waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
+    if message.state == MessageState.DELIVERED:
+        expected = f"{target} already has the message in its history."
+    elif waiting and not admission.host_connected:
+        expected = f"The message waits in the durable mailbox until {target}'s session connects."
+        warnings.append(
+            f"{target} is {status} and no host is connected to resume it: the message waits for its session "
+            "(or for a host to connect). It is stored; do not resend it."
+        )
+    elif admission.error:
+        expected = "The message stays queued; recovery admits it again, in order."
+        warnings.append(
+            f"Admission failed for now ({admission.error}); the message is queued for recovery. "
+            "It is stored; do not resend it."
+        )
+    elif status == Status.RUNNING:
+        expected = f"{target} is in a turn: the message enters its history at its next step boundary."
+    elif status == Status.IDLE:
+        expected = f"{target} is idle: the message starts a turn."
+    elif status == Status.PROVISIONING:
+        expected = f"{target}'s session is being provisioned; it receives the message when the session connects."
+    elif waiting:
+        expected = f"{target} has no session: its host is resuming it, and it receives the message when it connects."
+        if status == Status.FAILED:
+            warnings.append(f"{target}'s last session start failed; the host was asked again.")
+    else:
+        expected = "The message stays queued for recovery."
+    return {
+        "target_status": str(status),
+        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "host_connected": admission.host_connected,
+        "expected": expected,
+        "warnings": warnings,
+    }
 
 
 # --- 3. deliver --------------------------------------------------------------------------

@@ -111,3 +111,17 @@ def prompt_out(prompt: HumanPrompt) -> dict:
         "started_at": _iso(prompt.started_at),
         "completed_at": _iso(prompt.completed_at),
     }
+
+
+def inbox_page(*, member, after_seq: int = 0, limit: int = 50) -> tuple[list[TeamMessage], int | None]:
+    """A member's own messages in seq order after a cursor, for sessions that poll.
+
+    Seqs are assigned under the target's row lock, so a lower seq never commits
+    after a higher one has been read: a cursor never skips a message."""
+    rows = list(
+        TeamMessage.objects.filter(target=member, seq__gt=after_seq).select_related("sender", "target").order_by("seq")[
+            : limit + 1
+        ]
+    )
+    page = rows[:limit]
+    return page, (page[-1].seq if len(rows) > limit else None)

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Max
 from pydantic import BaseModel
 
-from mailbox import delivery, events, sessions
+from mailbox import delivery, events, idempotency, sessions
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
@@ -71,9 +71,45 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
 
 
 def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
-    message, _ = delivery.message_send(sender=sender, target_name=args.target, content=args.message)
-    status = "queued" if message.state == "queued" else "accepted"
-    return {"message_id": message.id, "status": status}
+    sent: list[TeamMessage] = []
+
+    def enqueue() -> dict:
+        message = delivery.message_enqueue(
+            sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
+        )
+        sent.append(message)
+        return {"message_id": message.id, "thread_id": message.thread_id or message.id}
+
+    def admit(_: dict) -> dict:
+        message, admission = delivery.message_admit_enqueued(message=sent[0])
+        return _send_result(message, admission)
+
+    return idempotency.run_once(
+        member=sender, tool="send_message", arguments=args, perform=enqueue, finish=admit, replay=_send_replayed
+    )
+
+
+def _send_result(message: TeamMessage, admission: delivery.Admission) -> dict:
+    return {
+        "message_id": message.id,
+        "status": "queued" if message.state == "queued" else "accepted",
+        "thread_id": message.thread_id or message.id,
+        "delivery": delivery.delivery_observation(message=message, admission=admission),
+        "idempotent_replay": False,
+    }
+
+
+def _send_replayed(stored: dict) -> dict:
+    """A replay whose first call has not finished admission: answer what is known now."""
+    if "delivery" in stored:
+        return stored
+    message = TeamMessage.objects.select_related("target").get(pk=stored["message_id"])
+    admission = delivery.Admission(
+        target_status=message.target.status, admitted=[], host_connected=delivery.host_connected(message.team_id)
+    )
+    result = _send_result(message, admission)
+    result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
+    return result
 
 
 def _list_agents(member: Member, args: schemas.ListAgentsArgs) -> dict:
@@ -85,15 +121,18 @@ def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:
 
 
 def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:
-    with transaction.atomic():
-        task = services.task_create(
-            member=member,
-            subject=args.subject,
-            description=args.description,
-            blocked_by=args.blocked_by,
-            write_scopes=args.write_scopes,
-        )
-        return _task_logged(member, task, "create")
+    def create() -> dict:
+        with transaction.atomic():
+            task = services.task_create(
+                member=member,
+                subject=args.subject,
+                description=args.description,
+                blocked_by=args.blocked_by,
+                write_scopes=args.write_scopes,
+            )
+            return {**_task_logged(member, task, "create"), "idempotent_replay": False}
+
+    return idempotency.run_once(member=member, tool="team_task_create", arguments=args, perform=create)
 
 
 def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
@@ -158,9 +197,13 @@ TOOLS: dict[str, Tool] = {
         Tool(
             "send_message",
             "Send a Markdown message to one team member. Every message steers: a running target gets it at its "
-            "next step boundary, an idle one starts a turn, an inactive one is resumed. 'accepted' means the "
-            "target's inbox took it, 'queued' that it waits in the durable mailbox for recovery; neither means "
-            "the work is done. Never resend a queued message.",
+            "next step boundary, an idle one starts a turn, an inactive one is resumed. There is no quiet, "
+            "scheduled or deferred delivery. 'accepted' means the target's inbox took it, 'queued' that it is "
+            "stored in the durable mailbox and waits for recovery; neither means the target accepted the task or "
+            "did the work. Never resend a queued message: it will be delivered, in order. 'delivery' says what "
+            "the server saw (target status, what happens next, warnings). To answer a message you received, pass "
+            "its id as reply_to: the new message joins its thread. With an idempotency_key a retry of the same "
+            "call replays its result (idempotent_replay: true) instead of sending again.",
             S.SendMessageArgs,
             S.SendMessageResult,
             _sync(_send_message),
@@ -190,9 +233,10 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "team_task_create",
-            "Create a task on the team's board, optionally blocked by other tasks.",
+            "Create a task on the team's board, optionally blocked by other tasks. With an idempotency_key a retry "
+            "of the same call replays its result (idempotent_replay: true) instead of creating another task.",
             S.TaskCreateArgs,
-            S.TaskResult,
+            S.TaskCreateResult,
             _sync(_task_create),
         ),
         Tool(
@@ -239,10 +283,27 @@ def validate_arguments(tool: Tool, arguments) -> BaseModel:
             "The sender is always the member your token names; remove the 'sender' field.",
             **extra,
         )
+    if tool.name == "send_message":
+        _steer_only(arguments)
     try:
         return tool.args.model_validate(arguments)
     except ValidationError as exc:
         raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc), **extra)
+
+
+def _steer_only(arguments: dict) -> None:
+    """Refuse any delivery or scheduling choice in a send: quiet delivery does not exist."""
+    allowed = set(schemas.SendMessageArgs.model_fields)
+    unknown = sorted(str(k) for k in arguments if k not in allowed)
+    if unknown:
+        raise TeamError(
+            ErrorCode.VALIDATION_ERROR,
+            f"send_message takes only {', '.join(sorted(allowed))}; remove {', '.join(map(repr, unknown))}. "
+            "Team messages always steer: a running target gets the message at its next step boundary, an idle "
+            "one starts a turn, an inactive one is resumed. There is no quiet, scheduled or deferred delivery "
+            "and no notification policy to choose.",
+            persisted=False,
+        )
 
 
 def validation_summary(exc) -> str:

@@ -1,11 +1,14 @@
 from django.urls import path
 
-from mailbox.api import operators, tools
+from mailbox.api import inbox, operators, tools
 
 urlpatterns = [
     path("tools", tools.tools_list, name="tools-list"),
+    path("tools/policy", inbox.tools_policy, name="tools-policy"),  # before tools/<name>; POST stays a tool call
     path("tools/<str:name>", tools.tool_invoke, name="tool-invoke"),
     path("session/history", tools.session_history, name="session-history"),
+    path("session/entries", inbox.session_entries, name="session-entries"),
+    path("inbox", inbox.inbox, name="inbox"),
     path("teams", operators.TeamsView.as_view(), name="teams"),
     path("teams/<str:team>", operators.TeamDetailView.as_view(), name="team-detail"),
     path("teams/<str:team>/messages", operators.MessagesView.as_view(), name="team-messages"),

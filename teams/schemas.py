@@ -13,6 +13,15 @@ TaskId = Annotated[str, StringConstraints(pattern=r"^task-[1-9][0-9]{0,9}$")]
 StatusLiteral = Literal["provisioning", "running", "idle", "inactive", "failed", "retired"]
 TaskStatusLiteral = Literal["pending", "in_progress", "completed", "deleted"]
 WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+# 1-128 printable ASCII characters; scoped to the calling member and the tool.
+IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x20-\x7e]+$")]
+MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+IDEMPOTENCY_KEY_HELP = (
+    "Optional, 1-128 printable characters, for this tool and you. Repeating the call with the same key and "
+    "identical arguments within the window (7 days by default) replays the stored result with "
+    "idempotent_replay: true and performs nothing again; the same key with different arguments fails with "
+    "IDEMPOTENCY_KEY_CONFLICT. Without a key, a retry performs the call again."
+)
 
 
 class Args(BaseModel):
@@ -58,11 +67,28 @@ class SpawnTeammateResult(Result):
 class SendMessageArgs(Args):
     target: MemberName = Field(description="the member to message")
     message: str = Field(description="Markdown content")
+    reply_to: MessageId | None = Field(
+        default=None, description="the id of a message you received; the new message joins its thread"
+    )
+    idempotency_key: IdempotencyKey | None = Field(default=None, description=IDEMPOTENCY_KEY_HELP)
+
+
+class DeliveryObservation(BaseModel):
+    """What the server saw when it tried to admit the message. On a replay: what it saw the first time."""
+
+    target_status: StatusLiteral
+    observed_at: str = Field(description="ISO 8601 UTC")
+    host_connected: bool
+    expected: str = Field(description="what happens next to this message")
+    warnings: list[str]
 
 
 class SendMessageResult(Result):
     message_id: str
     status: Literal["accepted", "queued"]
+    thread_id: str
+    delivery: DeliveryObservation
+    idempotent_replay: bool = False
 
 
 # --- list_agents -------------------------------------------------------------
@@ -103,10 +129,15 @@ class TaskCreateArgs(Args):
     description: Annotated[str, StringConstraints(max_length=65536)]
     blocked_by: list[TaskId] = Field(default_factory=list, max_length=256)
     write_scopes: list[WriteScope] = Field(default_factory=list, max_length=64)
+    idempotency_key: IdempotencyKey | None = Field(default=None, description=IDEMPOTENCY_KEY_HELP)
 
 
 class TaskResult(Result):
     task: TaskOut
+
+
+class TaskCreateResult(TaskResult):
+    idempotent_replay: bool = False
 
 
 # --- team_task_list ----------------------------------------------------------

@@ -15,11 +15,20 @@ def tool(server, token, tool_name, **arguments):
     )
 
 
+_held: dict[int, list[dict]] = {}
+
+
 async def recv_type(ws, wanted, timeout=10):
+    """The next frame of one type; frames of other types are held for later calls."""
+    held = _held.setdefault(id(ws), [])
+    for i, frame in enumerate(held):
+        if frame["type"] == wanted:
+            return held.pop(i)
     while True:
         frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
         if frame["type"] == wanted:
             return frame
+        held.append(frame)
 
 
 async def test_idle_target_gets_steer_and_entry_marks_delivered(live_env, daphne_server):
@@ -51,3 +60,103 @@ async def test_idle_target_gets_steer_and_entry_marks_delivered(live_env, daphne
         f"{daphne_server.url}/api/v1/teams/e2e/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert [m["state"] for m in listing["messages"]] == ["delivered"]
+
+
+async def connect(server, token, path="/ws/agent/"):
+    return await websockets.connect(server.ws_url + path, additional_headers={"Authorization": f"Bearer {token}"})
+
+
+async def integrate(ws, message, entry_id):
+    entry = {
+        "id": entry_id,
+        "kind": "user_message",
+        "text": message["content"],
+        "source": {"kind": "team-message", "message_id": message["id"], "sender": message["sender"]},
+    }
+    await ws.send(json.dumps({"type": "entry", "entry": entry}))
+    return await recv_type(ws, "ack")
+
+
+async def test_without_a_host_a_send_is_queued_and_delivered_once_the_session_says_hello(live_env, daphne_server):
+    team = live_env.team_create("cold")
+    lead = team["lead"]["token"]
+    tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p")
+    sent = [
+        (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="implementer", message=f"m{i}")).json()
+        for i in range(3)
+    ]
+    assert [s["status"] for s in sent] == ["queued"] * 3
+
+    impl = live_env.manage_json("member_token", "cold", "implementer")["token"]
+    async with await connect(daphne_server, impl) as ws:
+        await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+        assert (await recv_type(ws, "welcome"))["replay"] == 3
+        got = [(await recv_type(ws, "steer"))["message"] for _ in range(3)]
+        assert [m["id"] for m in got] == [s["message_id"] for s in sent]
+        for i, message in enumerate(got):
+            await integrate(ws, message, f"e{i}")
+    op = live_env.operator_create("op")
+    states = httpx.get(
+        f"{daphne_server.url}/api/v1/teams/cold", headers={"Authorization": f"Token {op['token']}"}
+    ).json()["members"]
+    assert next(m for m in states if m["name"] == "implementer")[
+        "delivered"
+    ] == 3
+
+
+async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(live_env, daphne_server):
+    team = live_env.team_create("hosted")
+    lead = team["lead"]["token"]
+    async with await connect(daphne_server, team["host_token"], "/ws/host/") as host:
+        tool(daphne_server, lead, "spawn_teammate", name="researcher", description="d", prompt="p")
+        start = await recv_type(host, "start")
+        assert (start["member"], start["reason"]) == ("researcher", "provision")
+        async with await connect(daphne_server, start["token"]) as ws:
+            await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+            await recv_type(ws, "welcome")
+        await host.send(json.dumps({"type": "started", "member": "researcher"}))
+        await asyncio.sleep(0.3)  # the session's goodbye is processed; the member is inactive
+        sent = (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="researcher", message="hi")).json()
+        assert sent["status"] == "accepted"
+        resume = await recv_type(host, "start")
+        assert (resume["member"], resume["reason"]) == ("researcher", "resume")
+        async with await connect(daphne_server, resume["token"]) as ws:
+            await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+            message = (await recv_type(ws, "steer"))["message"]
+            assert message["id"] == sent["message_id"]
+            assert (await integrate(ws, message, "r1"))["folded"] is False
+
+
+async def test_concurrent_senders_over_http_reach_one_target_in_order(live_env, daphne_server):
+    import concurrent.futures
+
+    team = live_env.team_create("order")
+    lead = team["lead"]["token"]
+    names = ["implementer", "researcher", "reviewer"]
+    for name in names:
+        tool(daphne_server, lead, "spawn_teammate", name=name, description="d", prompt="p")
+    tokens = {"lead": lead} | {n: live_env.manage_json("member_token", "order", n)["token"] for n in names[1:]}
+    impl = live_env.manage_json("member_token", "order", "implementer")["token"]
+
+    def burst(name):
+        return [
+            tool(daphne_server, tokens[name], "send_message", target="implementer", message=f"{name} {i}").json()
+            for i in range(8)
+        ]
+
+    async with await connect(daphne_server, impl) as ws:
+        await ws.send(json.dumps({"type": "hello", "status": "running"}))
+        await recv_type(ws, "welcome")
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            results = await asyncio.gather(*(asyncio.wrap_future(pool.submit(burst, n)) for n in tokens))
+        assert all(r["status"] == "accepted" for batch in results for r in batch)
+        seen = {}
+        while len(seen) < 24:
+            message = (await recv_type(ws, "steer"))["message"]
+            if message["id"] not in seen:  # a recovery doorbell may repeat one; the session folds it
+                seen[message["id"]] = message
+                await integrate(ws, message, message["id"])
+    got = list(seen.values())
+    assert [m["seq"] for m in got] == list(range(1, 25))
+    for name in tokens:
+        assert [m["content"] for m in got if m["sender"] == name] == [f"{name} {i}" for i in range(8)]

@@ -1,0 +1,108 @@
+"""REST for sessions without a websocket, and the team policy.
+
+- ``GET /api/v1/inbox?after_seq=&limit=``: the caller's messages in seq order.
+- ``POST /api/v1/session/entries``: history entries, folded exactly as the
+  websocket's ``entry`` frames are (sessions.entry_report), so a polling
+  session gets the same delivered guarantee as a connected one.
+- ``GET /api/v1/tools/policy``: the team policy for members' instructions.
+"""
+import json
+
+from channels.db import database_sync_to_async
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import TypeAdapter, ValidationError
+
+from mailbox import policy, selectors, sessions, sweeper, wire
+from mailbox.api.errors import error_json
+from mailbox.api.tools import _member, _method, tool_invoke
+from mailbox.tools import validation_summary
+from teams.errors import ErrorCode, TeamError
+
+MAX_ENTRIES = 100
+_entries = TypeAdapter(list[wire.Entry])
+
+
+def _whole(request, name: str, default: int) -> int:
+    raw = request.GET.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"{name} is a whole number.")
+
+
+def inbox_read(*, member, after_seq: int, limit: int) -> dict:
+    messages, next_cursor = selectors.inbox_page(member=member, after_seq=after_seq, limit=limit)
+    return {
+        "member": member.name,
+        "messages": [selectors.message_out(m) for m in messages],
+        "next_cursor": next_cursor,
+        "last_seq": messages[-1].seq if messages else after_seq,
+    }
+
+
+@csrf_exempt  # bearer tokens, never cookies: a wrong method gets its error code, not a CSRF page
+async def inbox(request):
+    """GET /api/v1/inbox?after_seq=&limit= : the caller's messages after a cursor, oldest first."""
+    sweeper.ensure_started()
+    try:
+        _method(request, "GET")
+        member = await _member(request)
+        after_seq = _whole(request, "after_seq", 0)
+        limit = _whole(request, "limit", 50)
+        if not 1 <= limit <= 100 or after_seq < 0:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-100 and after_seq is not negative.")
+        page = await database_sync_to_async(inbox_read)(member=member, after_seq=after_seq, limit=limit)
+    except TeamError as exc:
+        return error_json(exc)
+    return JsonResponse(page)
+
+
+def entries_report(*, member, entries: list[wire.Entry]) -> list[dict]:
+    acks = []
+    for entry in entries:
+        try:
+            created = sessions.entry_report(member=member, entry=entry.as_stored())
+        except TeamError as exc:
+            exc.extra["acks"] = acks  # what was stored before the refusal stays stored
+            raise
+        acks.append({"entry_id": entry.id, "folded": not created})
+    return acks
+
+
+@csrf_exempt
+async def session_entries(request):
+    """POST /api/v1/session/entries {"entries": [entry, ...]} (or {"entry": entry}) -> {"acks": [...]}."""
+    sweeper.ensure_started()
+    try:
+        _method(request, "POST")
+        member = await _member(request)
+        try:
+            body = json.loads(request.body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.")
+        if not isinstance(body, dict) or set(body) not in ({"entries"}, {"entry"}):
+            raise TeamError(
+                ErrorCode.VALIDATION_ERROR, 'Send {"entries": [entry, ...]} or {"entry": entry}, entries as on the websocket.'
+            )
+        raw = body["entries"] if "entries" in body else [body["entry"]]
+        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ENTRIES:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, f"entries is a list of 1-{MAX_ENTRIES} entries.")
+        try:
+            entries = _entries.validate_python(raw)
+        except ValidationError as exc:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
+        acks = await database_sync_to_async(entries_report)(member=member, entries=entries)
+    except TeamError as exc:
+        return error_json(exc)
+    return JsonResponse({"acks": acks})
+
+
+@csrf_exempt
+async def tools_policy(request):
+    """GET /api/v1/tools/policy. Any other method is a tool call to a tool named 'policy', as before."""
+    if request.method != "GET":
+        return await tool_invoke(request, "policy")
+    return JsonResponse(policy.policy_out())
