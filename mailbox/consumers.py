@@ -74,7 +74,9 @@ class AgentConsumer(_JsonFrames):
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
                 )
                 self.said_hello = True
-                await self.send_json({"type": "welcome", "member": self.member.name, "replay": len(replay)})
+                await self.send_json(
+                    {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay)}
+                )
                 for message in replay:
                     await self.send_json({"type": "steer", "message": message})
             elif not self.said_hello:
