@@ -135,6 +135,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Agent Teams: roster, task board and one durable Steer mailbox.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # 3.1: its schemas are JSON Schema, so the pydantic models of the tools fit as they are.
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "mailbox.api.openapi.add_tool_paths",
+    ],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -5,3 +5,7 @@ class MailboxConfig(AppConfig):
     name = "mailbox"
     label = "mailbox"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the OpenAPI extension for member bearer tokens.
+        from mailbox.api import openapi  # noqa: F401

@@ -29,7 +29,7 @@ class TeamsView(_Api):
     def get_permissions(self):
         return [IsOperator()] if self.request.method == "POST" else [CanReadTeam()]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="List teams with their member counts")
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="List teams", operation_id="teams_list")
     def get(self, request):
         teams = Team.objects.order_by("name")
         return Response({"teams": [{"team": t.name, "created_at": t.created_at} for t in teams]})

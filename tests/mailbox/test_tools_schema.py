@@ -48,3 +48,16 @@ def test_no_tool_offers_a_scheduling_or_sender_choice(client):
         assert not properties & {"sender", "notification_policy", "quiet", "followup", "schedule"}, tool["name"]
     send = next(t for t in client.get("/api/v1/tools").json() if t["name"] == "send_message")
     assert {"target", "message"} <= set(send["input_schema"]["required"])
+
+
+@pytest.mark.django_db
+def test_the_openapi_schema_documents_the_nine_tools_from_the_same_models(client):
+    schema = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    assert schema["openapi"].startswith("3.1")
+    tools = client.get("/api/v1/tools").json()
+    for tool in tools:
+        operation = schema["paths"][f"/api/v1/tools/{tool['name']}"]["post"]
+        ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        arguments = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        assert set(arguments.get("properties", {})) == set(tool["input_schema"].get("properties", {}))
+        assert operation["security"] == [{"memberBearer": []}]
