@@ -6,6 +6,7 @@ hold a worker thread while it does.
 import json
 
 from channels.db import database_sync_to_async
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -48,10 +49,12 @@ async def tool_invoke(request, name: str):
     try:
         _method(request, "POST")
         member = await _member(request)
+        extra = {"persisted": False} if name == "send_message" else {}
         try:
             arguments = json.loads(request.body or b"{}")
+        except RequestDataTooBig:
+            raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
         except (ValueError, UnicodeDecodeError):
-            extra = {"persisted": False} if name == "send_message" else {}
             raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
         result = await tool_call(member=member, name=name, arguments=arguments)
     except TeamError as exc:

@@ -22,6 +22,8 @@ BAD_INPUT = [
     ("send_message", {"target": "implementer", "message": ["hi"]}, 400, "VALIDATION_ERROR"),
     ("send_message", {"target": "implementer", "message": "   "}, 400, "VALIDATION_ERROR"),
     ("send_message", {"target": "implementer", "message": BIG}, 413, "TEAM_MESSAGE_TOO_LARGE"),
+    ("send_message", {"target": "implementer", "message": "y" * 3_000_000}, 413, "TEAM_MESSAGE_TOO_LARGE"),
+    ("send_message", {"target": "implementer", "message": "é" * 40_000}, 413, "TEAM_MESSAGE_TOO_LARGE"),
     ("send_message", {"target": "nobody", "message": "hi"}, 404, "TEAM_UNKNOWN_TARGET"),
     ("send_message", {"target": "Bad Name", "message": "hi"}, 400, "VALIDATION_ERROR"),
     ("send_message", {"target": "retired-one", "message": "hi"}, 409, "TEAM_TARGET_RETIRED"),
