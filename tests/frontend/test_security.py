@@ -1,0 +1,124 @@
+"""What the page refuses: script in messages, controls and actions for viewers."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import login, open_team, screenshot, tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+PAYLOAD = (
+    "Look: <script>window.__pwned = 'script'; alert('script')</script>\n\n"
+    "<img src=x onerror=\"window.__pwned = 'onerror'; alert('onerror')\">\n\n"
+    "[click me](javascript:window.__pwned='link';alert('link')) and "
+    "<a href=\"javascript:alert('raw')\">raw link</a> and <svg onload=\"alert('svg')\"></svg>\n\n"
+    "**still bold**"
+)
+
+
+def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_env, daphne_server, page, agents):
+    server = daphne_server
+    team = live_env.team_create("xss")
+    lead = team["lead"]["token"]
+    live_env.operator_create("op")
+    tool(server, lead, "spawn_teammate", name="implementer", description="<b onmouseover=alert(1)>d</b>", prompt="p")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "xss")
+    lane = page.locator('[data-member="implementer"]')
+
+    sent = tool(server, lead, "send_message", target="implementer", message=PAYLOAD)
+    message = lane.locator(f'[data-message-id="{sent["message_id"]}"]')
+    expect(message).to_have_attribute("data-state", "queued")
+    body = message.locator(".md")
+    expect(body).to_contain_text("<script>window.__pwned = 'script'; alert('script')</script>")
+    expect(body).to_contain_text("onerror=")
+    expect(body).to_contain_text("javascript:")
+    expect(body.locator("strong")).to_have_text("still bold")
+    expect(body.locator("script, img, svg, iframe, [onerror], [onload], [onmouseover]")).to_have_count(0)
+    expect(body.locator('a[href^="javascript"]')).to_have_count(0)
+
+    # The same text in a session's history (the timeline) is text too.
+    token = live_env.manage_json("member_token", "xss", "implementer")["token"]
+    session = agents(server, token, "idle")
+    steer = session.recv("steer")
+    session.entry(
+        "user_message",
+        turn_id="t",
+        step=0,
+        text=steer["message"]["content"],
+        source={"kind": "team-message", "message_id": sent["message_id"], "sender": "lead"},
+    )
+    expect(message).to_have_attribute("data-state", "delivered")
+    entry = lane.locator(f'[data-entry-message-id="{sent["message_id"]}"]')
+    expect(entry).to_contain_text("<img src=x onerror=")
+    expect(lane.locator(".timeline script, .timeline img, .timeline svg:not(.latency)")).to_have_count(0)
+
+    # A later round trip: anything the payload could have scheduled has had its chance.
+    later = tool(server, lead, "send_message", target="implementer", message="after")
+    expect(lane.locator(f'[data-message-id="{later["message_id"]}"]')).to_be_visible()
+    assert page.evaluate("window.__pwned") is None
+    assert page.dialogs == []
+
+    # The paged list of a target's messages renders the same sanitised HTML.
+    page.goto(f"{server.url}/teams/xss/members/implementer/messages/")
+    listed = page.locator(f'[data-message-id="{sent["message_id"]}"] .md')
+    expect(listed).to_contain_text("<script>window.__pwned")
+    expect(listed.locator("script, img, svg, a[href^='javascript']")).to_have_count(0)
+    assert page.evaluate("window.__pwned") is None
+    assert page.dialogs == []
+    screenshot(page, "xss-inert")
+
+
+def test_viewer_sees_no_controls_and_forged_posts_are_refused(live_env, daphne_server, page):
+    server = daphne_server
+    team = live_env.team_create("watch")
+    lead = team["lead"]["token"]
+    live_env.operator_create("viewer", viewer=True)
+    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="p")
+    sent = tool(server, lead, "send_message", target="implementer", message="waits for a session")
+
+    login(page, server, "viewer", "pw-viewer")
+    open_team(page, server, "watch")
+    message = page.locator(f'[data-member="implementer"] [data-message-id="{sent["message_id"]}"]')
+    expect(message).to_have_attribute("data-state", "queued")
+    expect(page.locator('[data-action="retry"]')).to_have_count(0)
+    expect(page.locator('[data-action="retry-all"]')).to_have_count(0)
+    expect(page.locator('[data-action="prompt"]')).to_have_count(0)
+    expect(page.locator("[data-role]").first).to_contain_text("viewer")
+    screenshot(page, "viewer-no-controls")
+
+    # Forged from the viewer's own signed-in page, with a valid CSRF token: refused all the same.
+    answers = page.evaluate(
+        """async ([team, messageId]) => {
+            const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
+            const post = async (url, body) => {
+              const r = await fetch(url, {method: "POST", body: JSON.stringify(body || {}),
+                headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
+              return [r.status, (await r.json()).error.code];
+            };
+            return [
+              await post(`/api/v1/teams/${team}/prompts`, {target: "implementer", content: "forged"}),
+              await post(`/api/v1/teams/${team}/messages/${messageId}/retry`),
+              await post(`/api/v1/teams/${team}/members/implementer/retry`),
+            ];
+        }""",
+        ["watch", sent["message_id"]],
+    )
+    assert answers == [[403, "FORBIDDEN"]] * 3
+    prompts = page.evaluate("async () => (await (await fetch('/api/v1/teams/watch/prompts')).json()).prompts")
+    assert prompts == []
+
+
+def test_operator_post_without_csrf_token_is_refused(live_env, daphne_server, page):
+    server = daphne_server
+    live_env.team_create("csrf")
+    live_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "csrf")
+    status = page.evaluate(
+        """async () => (await fetch('/api/v1/teams/csrf/prompts', {method: 'POST',
+            headers: {'Content-Type': 'application/json'},
+            body: JSON.stringify({target: 'lead', content: 'no token'})})).status"""
+    )
+    assert status == 403
+    prompts = page.evaluate("async () => (await (await fetch('/api/v1/teams/csrf/prompts')).json()).prompts")
+    assert prompts == []
