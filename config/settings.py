@@ -168,6 +168,11 @@ STEERBOARD = {
     "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),
     # An accepted message undelivered for this long is re-pushed by the sweeper.
     "REDELIVER_AFTER": _env_float("STEERBOARD_REDELIVER_AFTER", 10.0),
+    # Seconds between heartbeats of each server process (mailbox/presence.py).
+    "HEARTBEAT_INTERVAL": _env_float("STEERBOARD_HEARTBEAT_INTERVAL", 5.0),
+    # A process whose heartbeat is older than this is dead: recovery closes its
+    # sessions (their members become inactive and are cold-resumed) and drops its hosts.
+    "PROCESS_TIMEOUT": _env_float("STEERBOARD_PROCESS_TIMEOUT", 30.0),
     # How often wait_agent looks at the database while it waits.
     "WAIT_POLL_INTERVAL": _env_float("STEERBOARD_WAIT_POLL_INTERVAL", 0.2),
     # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.

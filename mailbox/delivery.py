@@ -49,6 +49,9 @@ from teams.services import member_token_create
 log = logging.getLogger(__name__)
 
 
+_PENDING = (MessageState.QUEUED, MessageState.ACCEPTED)
+
+
 def _limit(name: str) -> int:
     return settings.STEERBOARD[name]
 
@@ -91,7 +94,8 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
             raise TeamError(
                 ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired and takes no messages.", persisted=False
             )
-        pending = TeamMessage.objects.filter(target=target).exclude(state=MessageState.DELIVERED).count()
+        # state IN (...) rather than != delivered: an index range over the pending few, not the whole inbox.
+        pending = TeamMessage.objects.filter(target=target, state__in=_PENDING).count()
         if pending >= _limit("MAX_PENDING_PER_TARGET"):
             raise TeamError(
                 ErrorCode.TEAM_MAILBOX_FULL,
@@ -192,7 +196,10 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         now = timezone.now()
         queued_ids = [m.id for m in pending if m.state == MessageState.QUEUED]
         TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(attempts=F("attempts") + 1, last_error="")
-        TeamMessage.objects.filter(pk__in=queued_ids).update(state=MessageState.ACCEPTED, accepted_at=now)
+        # Only from queued: a folded entry may have marked one delivered meanwhile; never move it back.
+        TeamMessage.objects.filter(pk__in=queued_ids, state=MessageState.QUEUED).update(
+            state=MessageState.ACCEPTED, accepted_at=now
+        )
         LeadLogRecord.objects.bulk_create(
             LeadLogRecord(
                 team_id=target.team_id,
@@ -367,8 +374,7 @@ def message_mark_delivered(*, message_id: str) -> bool:
 # --- 4. recover ---------------------------------------------------------------------------
 def undelivered_for(*, member: Member) -> list[TeamMessage]:
     return list(
-        TeamMessage.objects.filter(target=member)
-        .exclude(state=MessageState.DELIVERED)
+        TeamMessage.objects.filter(target=member, state__in=_PENDING)
         .select_related("sender")
         .order_by("seq")
     )
@@ -378,7 +384,7 @@ def messages_reconcile() -> int:
     """Mark delivered every message whose entry is in its target's history (a crash between the two)."""
     held = HistoryEntry.objects.filter(member_id=OuterRef("target_id"), message_id=OuterRef("pk"))
     ids = list(
-        TeamMessage.objects.exclude(state=MessageState.DELIVERED).filter(Exists(held)).values_list("pk", flat=True)[:500]
+        TeamMessage.objects.filter(state__in=_PENDING).filter(Exists(held)).values_list("pk", flat=True)[:500]
     )
     return sum(message_mark_delivered(message_id=i) for i in ids)
 

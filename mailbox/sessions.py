@@ -7,8 +7,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import delivery, events
-from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, LeadLogRecord, LogKind, PromptState, TeamMessage
+from mailbox import delivery, events, presence
+from mailbox.models import HistoryEntry, HumanPrompt, LeadLogRecord, LogKind, PromptState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
 from teams.services import member_fail, member_session_end, member_session_set
@@ -31,6 +31,7 @@ def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
     with transaction.atomic():
         member, previous = member_session_set(member_id=member_id, state=state, channel=channel)
         _member_changed(member, previous)
+    presence.session_attached(member_id=member_id, channel=channel)
     delivery.target_admit(target_id=member_id, redeliver=False)
     replay = [delivery.message_wire(m, target_name=member.name) for m in delivery.undelivered_for(member=member)]
     if state == SessionState.IDLE:
@@ -59,6 +60,7 @@ def session_closed(*, member_id: int, channel: str) -> None:
         ended = member_session_end(member_id=member_id, channel=channel)
         if ended is not None:
             _member_changed(ended, previous)
+    presence.session_detached(channel=channel)
 
 
 def entry_report(*, member: Member, entry: dict) -> bool:
@@ -97,19 +99,26 @@ def member_interrupt(*, lead: Member, target_name: str) -> str:
 
 # --- hosts ---------------------------------------------------------------------------------
 def host_connected(*, team_id: int, channel: str) -> None:
-    HostPresence.objects.update_or_create(channel=channel, defaults={"team_id": team_id})
+    presence.host_attached(team_id=team_id, channel=channel)
     # A host that just arrived can provision and resume what was waiting for one.
     Member.objects.filter(team_id=team_id).update(start_requested_at=None)
     delivery.members_start_pending(team_id=team_id)
     waiting = (
         TeamMessage.objects.filter(team_id=team_id, state="queued").values_list("target_id", flat=True).distinct()
     )
-    for target_id in sorted(set(waiting)):
-        delivery.target_admit(target_id=target_id)
+    # Accepted for an inactive target means a start went to a host that may be gone: ask this one.
+    unresumed = (
+        TeamMessage.objects.filter(team_id=team_id, state="accepted", target__session_state=SessionState.INACTIVE)
+        .values_list("target_id", flat=True)
+        .distinct()
+    )
+    unresumed = set(unresumed)
+    for target_id in sorted(set(waiting) | unresumed):
+        delivery.target_admit(target_id=target_id, redeliver=target_id in unresumed)
 
 
 def host_disconnected(*, channel: str) -> None:
-    HostPresence.objects.filter(channel=channel).delete()
+    presence.host_detached(channel=channel)
 
 
 def host_start_failed(*, team_id: int, member_name: str, error: str) -> None:

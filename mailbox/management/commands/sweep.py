@@ -4,11 +4,11 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from mailbox.delivery import recovery_sweep
+from mailbox.sweeper import recovery_pass
 
 
 class Command(BaseCommand):
-    help = "Run the recovery sweeper once, or forever with --loop."
+    help = "Run the recovery sweeper (reap dead processes' sessions, then admit and re-push) once, or forever with --loop."
 
     def add_arguments(self, parser):
         parser.add_argument("--loop", action="store_true")
@@ -17,7 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         interval = options["interval"] or settings.STEERBOARD["SWEEP_INTERVAL"] or 5.0
         while True:
-            self.stdout.write(json.dumps(recovery_sweep()))
+            self.stdout.write(json.dumps(recovery_pass()))
             if not options["loop"]:
                 return
             time.sleep(interval)

@@ -1,0 +1,176 @@
+"""Which server processes are alive, and the websockets each one holds.
+
+Several daphne processes share one database. A process that dies hard
+(``kill -9``, a crash) says goodbye to no one: its members stay ``running`` or
+``idle`` with a session channel nobody reads, and its host rows keep saying a
+host is connected. Admission would keep pushing into the void (the messages
+stay undelivered, never lost, but nobody resumes the member) and keep asking a
+host that is gone.
+
+So each process beats: a ``ServerProcess`` row with ``last_seen`` refreshed
+every ``HEARTBEAT_INTERVAL`` seconds (mailbox/sweeper.py runs the beat on the
+process's event loop, through the same database thread as everything else, so
+a process too stalled to beat for ``PROCESS_TIMEOUT`` is treated as dead; it
+records its websockets again when it beats next). Every agent session (after its hello)
+and every host websocket is recorded with the id of the process holding it.
+Recovery (``presence_reap``, run before each sweep) treats a process whose
+row is older than ``PROCESS_TIMEOUT`` as dead:
+
+- each of its sessions is closed exactly as a clean disconnect would close it
+  (the member becomes ``inactive`` unless a newer session already took over),
+  and the member's undelivered messages are admitted again at once, which asks
+  a live host to cold-resume it;
+- each of its host rows is deleted, so admission no longer counts that host;
+- its channels leave their channel-layer groups.
+
+"""
+import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from mailbox import delivery, events
+from mailbox.models import HostPresence, ServerProcess, SessionPresence
+from teams.models import Member, SessionState
+
+log = logging.getLogger(__name__)
+
+PROCESS_ID = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+_lock = threading.Lock()
+_registered = False
+# The websockets this process holds: channel -> member id / team id.
+_sessions: dict[str, int] = {}
+_hosts: dict[str, int] = {}
+
+
+def _timing(name: str) -> float:
+    return settings.STEERBOARD[name]
+
+
+# --- this process -------------------------------------------------------------------------
+def process_beat() -> bool:
+    """Refresh this process's row; answers True when it had to be (re)created."""
+    global _registered
+    now = timezone.now()
+    if ServerProcess.objects.filter(pk=PROCESS_ID).update(last_seen=now):
+        _registered = True
+        return False
+    ServerProcess.objects.update_or_create(
+        pk=PROCESS_ID, defaults={"hostname": socket.gethostname()[:255], "pid": os.getpid(), "last_seen": now}
+    )
+    if _registered:
+        # Reaped while alive (stalled past PROCESS_TIMEOUT): record our websockets again.
+        log.warning("process %s was taken for dead; recording its websockets again", PROCESS_ID)
+        _presence_restore()
+    _registered = True
+    return True
+
+
+def _ensure_registered() -> None:
+    if not _registered:
+        process_beat()
+
+
+def _presence_restore() -> None:
+    with _lock:
+        sessions, hosts = dict(_sessions), dict(_hosts)
+    for channel, member_id in sessions.items():
+        SessionPresence.objects.get_or_create(channel=channel, defaults={"member_id": member_id, "process_id": PROCESS_ID})
+    for channel, team_id in hosts.items():
+        HostPresence.objects.update_or_create(channel=channel, defaults={"team_id": team_id, "process_id": PROCESS_ID})
+
+
+# --- websockets this process holds -----------------------------------------------------------
+def session_attached(*, member_id: int, channel: str) -> None:
+    _ensure_registered()
+    with _lock:
+        _sessions[channel] = member_id
+    SessionPresence.objects.update_or_create(channel=channel, defaults={"member_id": member_id, "process_id": PROCESS_ID})
+
+
+def session_detached(*, channel: str) -> None:
+    with _lock:
+        _sessions.pop(channel, None)
+    SessionPresence.objects.filter(channel=channel).delete()
+
+
+def host_attached(*, team_id: int, channel: str) -> None:
+    _ensure_registered()
+    with _lock:
+        _hosts[channel] = team_id
+    HostPresence.objects.update_or_create(channel=channel, defaults={"team_id": team_id, "process_id": PROCESS_ID})
+
+
+def host_detached(*, channel: str) -> None:
+    with _lock:
+        _hosts.pop(channel, None)
+    HostPresence.objects.filter(channel=channel).delete()
+
+
+# --- recovery: reap what dead processes left behind --------------------------------------------
+def _group_discard(group: str, channel: str) -> None:
+    try:
+        async_to_sync(get_channel_layer().group_discard)(group, channel)
+    except Exception:  # the group entry expires on its own
+        log.warning("could not take %s out of %s", channel, group, exc_info=True)
+
+
+def presence_reap() -> dict:
+    """Close the sessions and drop the hosts of processes that stopped beating.
+
+    Safe to run in every process at once: each step is idempotent, and closing a
+    session only ends it while the member's current channel is still that one."""
+    from mailbox import sessions  # sessions imports this module
+
+    cutoff = timezone.now() - timedelta(seconds=_timing("PROCESS_TIMEOUT"))
+    live = set(ServerProcess.objects.filter(last_seen__gte=cutoff).values_list("pk", flat=True))
+    live.add(PROCESS_ID)
+    dead_sessions = list(
+        SessionPresence.objects.exclude(process_id__in=live).values_list("channel", "member_id", "process_id")[:1000]
+    )
+    dead_hosts = list(HostPresence.objects.exclude(process_id__in=live).values_list("channel", "team_id", "process_id")[:1000])
+    ended: set[int] = set()
+    for channel, member_id, _ in dead_sessions:
+        before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
+        sessions.session_closed(member_id=member_id, channel=channel)
+        SessionPresence.objects.filter(channel=channel).delete()
+        _group_discard(events.session_group(member_id), channel)
+        if before:
+            ended.add(member_id)
+    for channel, team_id, _ in dead_hosts:
+        HostPresence.objects.filter(channel=channel).delete()
+        _group_discard(events.host_group(team_id), channel)
+    # Members still marked connected through a channel no process vouches for
+    # (their presence row never committed, e.g. a crash inside the hello).
+    vouched = SessionPresence.objects.values("channel")
+    orphans = list(
+        Member.objects.exclude(session_state=SessionState.INACTIVE)
+        .exclude(session_channel="")
+        .exclude(session_channel__in=vouched)
+        .filter(status_changed_at__lt=cutoff)
+        .values_list("pk", "session_channel")[:1000]
+    )
+    for member_id, channel in orphans:
+        sessions.session_closed(member_id=member_id, channel=channel)
+        ended.add(member_id)
+    with transaction.atomic():
+        gone = ServerProcess.objects.filter(last_seen__lt=cutoff).exclude(pk=PROCESS_ID)
+        dead_ids = list(gone.values_list("pk", flat=True))
+        gone.delete()
+    # Their undelivered messages go to a live host now (cold-resume), not after REDELIVER_AFTER.
+    for member_id in sorted(ended):
+        delivery.target_admit(target_id=member_id, redeliver=True, skip_locked=True)
+    return {
+        "dead_processes": len(dead_ids),
+        "sessions_closed": len(ended),
+        "hosts_dropped": len(dead_hosts),
+    }
