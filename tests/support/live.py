@@ -3,7 +3,10 @@
 The process runs the project's ASGI application exactly as in production. On
 the embedded default it gets a fresh SQLite file; when the test run is on
 PostgreSQL (DATABASE_URL=postgres://...) it gets a fresh PostgreSQL database of
-its own, and shares the run's Redis (REDIS_URL) on a database number of its own.
+its own, and shares the run's Redis (REDIS_URL) under a channel prefix of its
+own. ``LiveEnvironment(tmp_path, scale_out=True)`` asks for PostgreSQL + Redis
+whatever the run is on (tests that need several processes); PostgreSQL and
+Redis on 127.0.0.1 are always there in CI (scripts/test.sh starts them).
 """
 import json
 import os
@@ -48,10 +51,25 @@ def _postgres_database_drop(url: str) -> None:
         pass
 
 
-class LiveEnvironment:
-    """One database (and channel-layer namespace) that several daphne processes may share."""
+PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
+REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
 
-    def __init__(self, tmp_path: Path, **settings_env: str):
+
+def scale_out_urls() -> tuple[str, str]:
+    """The PostgreSQL and Redis this run may use for scale-out, whatever it runs on."""
+    db = os.environ.get("DATABASE_URL", "")
+    if not db.startswith("postgres"):
+        db = os.environ.get("STEERBOARD_PG_URL", PG_URL_DEFAULT)
+    return db, os.environ.get("REDIS_URL") or os.environ.get("STEERBOARD_REDIS_URL", REDIS_URL_DEFAULT)
+
+
+class LiveEnvironment:
+    """One database (and channel-layer namespace) that several daphne processes may share.
+
+    ``scale_out``: None follows the test run (SQLite + in-memory, or the run's
+    PostgreSQL + Redis); True always uses PostgreSQL + Redis."""
+
+    def __init__(self, tmp_path: Path, scale_out: bool | None = None, **settings_env: str):
         self.tmp_path = tmp_path
         self.env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE"}}
         self.env.update(
@@ -61,15 +79,22 @@ class LiveEnvironment:
                 "STEERBOARD_VAR_DIR": str(tmp_path / "var"),
                 "STEERBOARD_SWEEP_INTERVAL": "0.5",
                 "STEERBOARD_REDELIVER_AFTER": "2",
+                "STEERBOARD_HEARTBEAT_INTERVAL": "0.5",
+                "STEERBOARD_PROCESS_TIMEOUT": "5",
             }
         )
         base_db = os.environ.get("DATABASE_URL", "")
+        redis_url = os.environ.get("REDIS_URL", "")
+        if scale_out:
+            base_db, redis_url = scale_out_urls()
+            self.env["REDIS_URL"] = redis_url
         self.postgres = base_db.startswith("postgres")
+        self.scale_out = self.postgres and bool(redis_url)
         if self.postgres:
             self.env["DATABASE_URL"] = _postgres_database_new(base_db)
         else:
             self.env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'live.sqlite3'}"
-        if os.environ.get("REDIS_URL"):
+        if redis_url:
             # A prefix of our own keeps parallel environments apart on one Redis.
             self.env["STEERBOARD_CHANNEL_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
         self.env.update(settings_env)
@@ -99,6 +124,22 @@ class LiveEnvironment:
         if viewer:
             args.append("--viewer")
         return self.manage_json(*args)
+
+    def query(self, sql: str) -> list[tuple]:
+        """Read the environment's database directly (checkers; no Django in this process)."""
+        url = self.env["DATABASE_URL"]
+        if self.postgres:
+            import psycopg
+
+            with psycopg.connect(url) as conn:
+                return list(conn.execute(sql).fetchall())
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)
+        try:
+            return list(conn.execute(sql).fetchall())
+        finally:
+            conn.close()
 
     def close(self) -> None:
         if self.postgres:
