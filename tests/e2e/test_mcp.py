@@ -1,0 +1,189 @@
+"""/mcp against a real daphne process, with the official `mcp` client: the nine Team tools, their
+schemas, results and error codes are REST's, and what is sent over MCP reaches a websocket session."""
+import asyncio
+import json
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+import websockets
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+pytestmark = pytest.mark.e2e
+
+NINE = [
+    "spawn_teammate",
+    "send_message",
+    "list_agents",
+    "wait_agent",
+    "interrupt_agent",
+    "team_task_create",
+    "team_task_list",
+    "team_task_get",
+    "team_task_update",
+]
+
+
+@asynccontextmanager
+async def mcp_client(server, token: str, mode: str = "auto"):
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    async with http:
+        async with Client(streamable_http_client(server.url + "/mcp", http_client=http), mode=mode) as client:
+            yield client
+
+
+def rest(server, token, tool_name, **arguments) -> httpx.Response:
+    return httpx.post(
+        f"{server.url}/api/v1/tools/{tool_name}", json=arguments, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+
+
+async def recv_type(ws, wanted, timeout=10):
+    while True:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        if frame["type"] == wanted:
+            return frame
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_mcp_client_lists_exactly_the_nine_tools_with_the_rest_schemas(live_env, daphne_server, mode):
+    team = live_env.team_create("mcp")
+    rest_tools = {t["name"]: t for t in httpx.get(daphne_server.url + "/api/v1/tools").json()}
+    async with mcp_client(daphne_server, team["lead"]["token"], mode) as client:
+        listed = await client.list_tools()
+    assert [t.name for t in listed.tools] == NINE
+    for tool in listed.tools:
+        assert tool.description == rest_tools[tool.name]["description"]
+        assert tool.input_schema == rest_tools[tool.name]["input_schema"]
+        assert tool.output_schema == rest_tools[tool.name]["output_schema"]
+
+
+async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, daphne_server):
+    team = live_env.team_create("mcp")
+    lead = team["lead"]["token"]
+    async with mcp_client(daphne_server, lead) as client:
+        spawned = await client.call_tool(
+            "spawn_teammate", {"name": "implementer", "description": "writes code", "prompt": "You implement."}
+        )
+        assert not spawned.is_error
+        assert spawned.structured_content["member"]["name"] == "implementer"
+        impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+        async with websockets.connect(
+            daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
+        ) as ws:
+            await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+            await recv_type(ws, "welcome")
+            sent = await client.call_tool(
+                "send_message", {"target": "implementer", "message": "Start on task-1.", "idempotency_key": "go-1"}
+            )
+            assert not sent.is_error, sent.content
+            result = sent.structured_content
+            assert result["status"] == "accepted"
+            assert result["delivery"]["target_status"] == "idle"
+            assert json.loads(sent.content[0].text) == result
+
+            steer = await recv_type(ws, "steer")
+            assert steer["message"]["id"] == result["message_id"]
+            assert steer["message"]["sender"] == "lead"
+            assert steer["message"]["content"] == "Start on task-1."
+            entry = {
+                "id": "e1",
+                "kind": "user_message",
+                "source": {"kind": "team-message", "message_id": result["message_id"]},
+            }
+            await ws.send(json.dumps({"type": "entry", "entry": entry}))
+            assert (await recv_type(ws, "ack"))["folded"] is False
+
+            # A retry over MCP with the same key replays, exactly as over REST.
+            again = await client.call_tool(
+                "send_message", {"target": "implementer", "message": "Start on task-1.", "idempotency_key": "go-1"}
+            )
+            assert again.structured_content["idempotent_replay"] is True
+            assert again.structured_content["message_id"] == result["message_id"]
+            assert await asyncio.to_thread(lambda: rest(daphne_server, lead, "list_agents").status_code) == 200
+    op = live_env.operator_create("op")
+    listing = httpx.get(
+        f"{daphne_server.url}/api/v1/teams/mcp/messages", headers={"Authorization": f"Token {op['token']}"}
+    ).json()
+    assert [(m["id"], m["state"]) for m in listing["messages"]] == [(result["message_id"], "delivered")]
+
+
+async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne_server):
+    team = live_env.team_create("mcp")
+    lead = team["lead"]["token"]
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    assert rest(daphne_server, lead, "send_message", target="implementer", message="a", idempotency_key="k").status_code == 200
+    cases = [
+        (lead, "send_message", {"target": "nobody", "message": "hi"}, "TEAM_UNKNOWN_TARGET"),
+        (lead, "send_message", {"target": "lead", "message": "hi"}, "TEAM_SELF_MESSAGE"),
+        (lead, "send_message", {"target": "implementer", "message": "hi", "notification_policy": "quiet"}, "VALIDATION_ERROR"),
+        (lead, "send_message", {"target": "implementer", "message": "hi", "sender": "implementer"}, "VALIDATION_ERROR"),
+        (lead, "send_message", {"target": "implementer", "message": "b", "idempotency_key": "k"}, "IDEMPOTENCY_KEY_CONFLICT"),
+        (lead, "send_message", {"target": "implementer", "message": "hi", "reply_to": "team-message-x"}, "NOT_FOUND"),
+        (impl, "spawn_teammate", {"name": "another", "description": "d", "prompt": "p"}, "LEAD_ONLY"),
+        (lead, "team_task_get", {"task_id": "task-99"}, "TASK_NOT_FOUND"),
+        (lead, "team_task_get", {"task_id": "nine"}, "VALIDATION_ERROR"),
+        (lead, "wait_agent", {"timeout_ms": 5}, "VALIDATION_ERROR"),
+        (lead, "no_such_tool", {}, "NOT_FOUND"),
+    ]
+    async with mcp_client(daphne_server, lead) as lead_client, mcp_client(daphne_server, impl) as impl_client:
+        for token, name, arguments, code in cases:
+            over_rest = await asyncio.to_thread(rest, daphne_server, token, name, **arguments)
+            assert 400 <= over_rest.status_code < 500, (name, over_rest.text)
+            assert over_rest.json()["error"]["code"] == code, (name, over_rest.text)
+            client = lead_client if token == lead else impl_client
+            over_mcp = await client.call_tool(name, arguments)
+            assert over_mcp.is_error, (name, over_mcp)
+            assert over_mcp.structured_content == over_rest.json(), name
+            assert json.loads(over_mcp.content[0].text) == over_rest.json()
+
+
+async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_server):
+    live_env.team_create("mcp")
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for headers in [{}, {"Authorization": "Bearer sbm_not-a-token"}]:
+        response = httpx.post(
+            daphne_server.url + "/mcp",
+            json=initialize,
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+        assert response.headers["www-authenticate"].startswith("Bearer")
+    # Django's routes are untouched by the mount.
+    assert httpx.get(daphne_server.url + "/mcpx").status_code == 404
+    assert httpx.get(daphne_server.url + "/api/v1/tools/policy").status_code == 200
+
+
+async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_delivered(live_env, daphne_server):
+    team = live_env.team_create("mcp")
+    lead = team["lead"]["token"]
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    sent = [rest(daphne_server, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
+    assert all(s["status"] == "queued" for s in sent)  # nobody to admit them to: they wait
+
+    got, cursor = [], 0
+    async with mcp_client(daphne_server, impl) as client:
+        templates = await client.list_resource_templates()
+        assert [t.uri_template for t in templates.resource_templates] == ["steerboard://inbox{?after_seq,limit}"]
+        while True:
+            read = await client.read_resource(f"steerboard://inbox?after_seq={cursor}&limit=2")
+            page = json.loads(read.contents[0].text)
+            got += [m["id"] for m in page["messages"]]
+            cursor = page["last_seq"]
+            if page["next_cursor"] is None:
+                break
+        again = json.loads((await client.read_resource(f"steerboard://inbox?after_seq={cursor}")).contents[0].text)
+        assert again["messages"] == []
+        policy = await client.read_resource("steerboard://policy")
+        assert "never resend" in policy.contents[0].text
+    assert got == [s["message_id"] for s in sent]
+    op = live_env.operator_create("op")
+    listing = httpx.get(
+        f"{daphne_server.url}/api/v1/teams/mcp/messages", headers={"Authorization": f"Token {op['token']}"}
+    ).json()
+    assert {m["state"] for m in listing["messages"]} == {"delivered"}
