@@ -1,0 +1,22 @@
+"""The client side of Steerboard: agent sessions, models and the team host.
+
+Imports no Django and nothing of the server apps; it speaks only the wire
+contract (websockets + httpx + pydantic-free dataclasses + the stdlib).
+"""
+from agents.client import ServerClient, ToolError
+from agents.host import Host
+from agents.model import EchoModel, Model, ModelReply, StepContext, ToolCall, model_factory
+from agents.session import AgentSession
+
+__all__ = [
+    "AgentSession",
+    "EchoModel",
+    "Host",
+    "Model",
+    "ModelReply",
+    "ServerClient",
+    "StepContext",
+    "ToolCall",
+    "ToolError",
+    "model_factory",
+]

@@ -1,0 +1,289 @@
+"""The keyless scripted model: the Agent Teams profile without an API key or a network.
+
+Deterministic per role (the member's name). Each script looks only at the
+conversation, so a cold-resumed session picks up where its history stops, and
+coordinates through messages, never through sleeps or polling:
+
+- ``lead`` (its turn starts with a human prompt): spawns ``researcher`` and
+  ``implementer``, asks the implementer to deliver task-2 on top of the
+  researcher's task-1, and ends its turn. The implementer's report starts its
+  next turn: it waits (``wait_agent``) for its teammates to settle, checks the
+  board and the roster, and ends with ``TEAM_WORKFLOW_OK`` only when every task
+  on the board is completed.
+- ``implementer``: asks the researcher to start and waits for the answer
+  (``await_message``) in the same step, so the answer steers into the next step
+  of the same turn; creates task-2 blocked by task-1; asks to be told when
+  task-1 is done and waits again; then claims task-2, completes it and reports
+  to the Lead.
+- ``researcher``: creates, claims and (when the implementer has blocked task-2
+  on it) completes task-1, telling the implementer each time.
+
+Every other member answers each turn with a short acknowledgement.
+"""
+from __future__ import annotations
+
+import re
+
+from agents.model import ModelReply, StepContext, ToolCall
+
+WORKFLOW_OK = "TEAM_WORKFLOW_OK"
+
+# Markers the scripts look for in each other's messages.
+READY = "[implementer ready]"
+TASK1_CLAIMED = "[task-1 claimed]"
+TASK2_BLOCKED = "[task-2 blocked]"
+TASK1_DONE = "[task-1 completed]"
+TASK2_DONE = "[task-2 completed]"
+
+RESEARCHER_PROMPT = (
+    "You are the researcher. Create the research task on the team board, claim it, tell the implementer, "
+    "and complete it once the implementer has blocked its task on yours."
+)
+IMPLEMENTER_PROMPT = (
+    "You are the implementer. Build on the researcher's task: create your task blocked by it, wait for the "
+    "researcher, then claim, complete and report to the Lead."
+)
+
+
+def _said(calls: list[dict], tool: str, **match) -> list[dict]:
+    return [
+        c for c in calls if c["tool"] == tool and all(c["arguments"].get(k) == v for k, v in match.items())
+    ]
+
+
+def _sent(calls: list[dict], target: str, marker: str) -> bool:
+    return any(marker in c["arguments"].get("message", "") for c in _said(calls, "send_message", target=target))
+
+
+def _heard(context: StepContext, sender: str, marker: str) -> dict | None:
+    for entry in context.messages_from(sender):
+        if marker in (entry.get("text") or ""):
+            return entry
+    return None
+
+
+def _last_task(calls: list[dict], task_id: str) -> dict | None:
+    """The latest state of a task seen in a tool result."""
+    for call in reversed(calls):
+        task = (call.get("result") or {}).get("task")
+        if task and task.get("id") == task_id:
+            return task
+    return None
+
+
+def _ack(context: StepContext) -> ModelReply:
+    inputs = [e for e in context.turn_entries() if e.get("kind") in ("user_message", "prompt")]
+    last = inputs[-1] if inputs else None
+    who = ((last or {}).get("source") or {}).get("sender") or (last or {}).get("author") or "you"
+    return ModelReply(text=f"{context.member}: noted the message from {who}.")
+
+
+class KeylessModel:
+    def __init__(self, member: str = ""):
+        self.member = member
+
+    async def step(self, context: StepContext) -> ModelReply:
+        script = {"lead": self.lead, "implementer": self.implementer, "researcher": self.researcher}.get(
+            context.member or self.member
+        )
+        return script(context) if script else _ack(context)
+
+    # --- the Lead ----------------------------------------------------------------------------
+    def lead(self, context: StepContext) -> ModelReply:
+        calls = context.calls()
+        spawned = {c["arguments"].get("name") for c in _said(calls, "spawn_teammate") if "result" in c}
+        if "researcher" not in spawned:
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "spawn_teammate",
+                        {"name": "researcher", "description": "Researches the approach (task-1).", "prompt": RESEARCHER_PROMPT},
+                    )
+                ]
+            )
+        if "implementer" not in spawned:
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "spawn_teammate",
+                        {"name": "implementer", "description": "Implements the feature (task-2).", "prompt": IMPLEMENTER_PROMPT},
+                    )
+                ]
+            )
+        if not _said(calls, "send_message", target="implementer"):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {
+                            "target": "implementer",
+                            "message": "Please deliver the feature as task-2, built on the researcher's task-1. "
+                            "Coordinate with the researcher, and report to me when task-2 is completed.",
+                        },
+                    )
+                ]
+            )
+        report = _heard(context, "implementer", TASK2_DONE)
+        if report is None:
+            return ModelReply(text="The team is at work; I will check the board when the implementer reports.")
+        finished = [e for e in context.entries if e.get("kind") == "assistant_text" and WORKFLOW_OK in e.get("text", "")]
+        if finished and finished[-1].get("turn_id") != context.turn_id:
+            return _ack(context)
+        # Wait for the teammates to settle, then check the board and the roster; repeat while work is open.
+        after = [c for c in calls if c["index"] > context.entries.index(report)]
+        waits = [c for c in after if c["tool"] == "wait_agent"]
+        if not waits:
+            return ModelReply(tool_calls=[ToolCall("wait_agent", {"timeout_ms": 60_000})])
+        boards = [c for c in after if c["tool"] == "team_task_list" and "result" in c]
+        if not boards or boards[-1]["index"] < waits[-1]["index"]:
+            return ModelReply(tool_calls=[ToolCall("team_task_list", {})])
+        rosters = [c for c in after if c["tool"] == "list_agents" and "result" in c]
+        if not rosters or rosters[-1]["index"] < boards[-1]["index"]:
+            return ModelReply(tool_calls=[ToolCall("list_agents", {})])
+        tasks = boards[-1]["result"]["tasks"]
+        open_tasks = [t["id"] for t in tasks if t["status"] != "completed"]
+        if len(tasks) >= 2 and not open_tasks:
+            done = " and ".join(t["id"] for t in tasks)
+            return ModelReply(text=f"{WORKFLOW_OK}: {done} are completed; the researcher and the implementer reported.")
+        if ((waits[-1].get("result") or {}).get("no_progress")) or len(waits) >= 20:
+            return ModelReply(text=f"Not finished: {', '.join(open_tasks) or 'no tasks'} still open and nobody is working.")
+        return ModelReply(tool_calls=[ToolCall("wait_agent", {"timeout_ms": 60_000})])
+
+    # --- the implementer -------------------------------------------------------------------------
+    def implementer(self, context: StepContext) -> ModelReply:
+        calls = context.calls()
+        await_researcher = ToolCall("await_message", {"sender": "researcher"})
+        if not _sent(calls, "researcher", READY):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {
+                            "target": "researcher",
+                            "message": f"{READY} I am building the feature on top of your research. Please create "
+                            "the research task, claim it and tell me its id.",
+                        },
+                    ),
+                    await_researcher,
+                ]
+            )
+        claimed = _heard(context, "researcher", TASK1_CLAIMED)
+        if claimed is None:
+            return ModelReply(tool_calls=[await_researcher])
+        research = (re.findall(r"task-\d+", claimed.get("text") or "") or ["task-1"])[0]
+        created = [c for c in _said(calls, "team_task_create") if "result" in c]
+        if not created:
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "team_task_create",
+                        {
+                            "subject": "Implement the feature",
+                            "description": f"Build the feature on the findings of {research}.",
+                            "blocked_by": [research],
+                        },
+                    )
+                ]
+            )
+        mine = created[0]["result"]["task"]["id"]
+        if not _sent(calls, "researcher", TASK2_BLOCKED):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {
+                            "target": "researcher",
+                            "message": f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. "
+                            f"Tell me when {research} is completed.",
+                        },
+                    ),
+                    await_researcher,
+                ]
+            )
+        if _heard(context, "researcher", TASK1_DONE) is None:
+            return ModelReply(tool_calls=[await_researcher])
+        task = _last_task(calls, mine)
+        if task["status"] == "pending" and not task["ready"]:
+            return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
+        if task["status"] == "pending":
+            return ModelReply(
+                tool_calls=[ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "claim"})]
+            )
+        if task["status"] == "in_progress":
+            return ModelReply(
+                tool_calls=[
+                    ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "complete"})
+                ]
+            )
+        if not _sent(calls, "lead", TASK2_DONE):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {"target": "lead", "message": f"{TASK2_DONE} {mine} is completed, built on {research}."},
+                    )
+                ]
+            )
+        if _last_text_is_final(context):
+            return _ack(context)
+        return ModelReply(text=f"{mine} is completed and the Lead has my report.")
+
+    # --- the researcher -------------------------------------------------------------------------
+    def researcher(self, context: StepContext) -> ModelReply:
+        calls = context.calls()
+        created = [c for c in _said(calls, "team_task_create") if "result" in c]
+        if not created:
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "team_task_create",
+                        {"subject": "Research the approach", "description": "Find what the feature should build on."},
+                    )
+                ]
+            )
+        mine = created[0]["result"]["task"]["id"]
+        task = _last_task(calls, mine)
+        if task["status"] == "pending":
+            return ModelReply(
+                tool_calls=[ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "claim"})]
+            )
+        await_implementer = ToolCall("await_message", {"sender": "implementer"})
+        if not _sent(calls, "implementer", TASK1_CLAIMED):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {
+                            "target": "implementer",
+                            "message": f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
+                        },
+                    ),
+                    await_implementer,
+                ]
+            )
+        if _heard(context, "implementer", TASK2_BLOCKED) is None:
+            return ModelReply(tool_calls=[await_implementer])
+        if task["status"] == "in_progress":
+            return ModelReply(
+                tool_calls=[
+                    ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "complete"})
+                ]
+            )
+        if not _sent(calls, "implementer", TASK1_DONE):
+            return ModelReply(
+                tool_calls=[
+                    ToolCall(
+                        "send_message",
+                        {"target": "implementer", "message": f"{TASK1_DONE} {mine} is completed: build on it."},
+                    )
+                ]
+            )
+        if _last_text_is_final(context):
+            return _ack(context)
+        return ModelReply(text=f"{mine} is completed; the implementer knows.")
+
+
+def _last_text_is_final(context: StepContext) -> bool:
+    """The script's closing words were said in an earlier turn: later turns just acknowledge."""
+    texts = [e for e in context.entries if e.get("kind") == "assistant_text"]
+    return bool(texts) and texts[-1].get("turn_id") != context.turn_id

@@ -1,0 +1,122 @@
+"""The model interface: given the conversation, return text and/or tool calls.
+
+A model is any object with an async ``step(context) -> ModelReply`` method. The
+session calls it once per step of a turn; tool calls in the reply run in order,
+then the step boundary comes (steered messages enter), then the next step. A
+reply without tool calls ends the turn.
+
+Two models ship here: ``echo`` (answers what it was told, counting its inputs
+across the whole history) and, in ``agents.keyless``, the keyless scripted
+Agent Teams profile. Neither needs a key or a network.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+INPUT_KINDS = ("user_message", "prompt")
+
+
+@dataclass
+class ToolCall:
+    """A call the model asks for: one of the nine Team tools, or a session-local tool."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelReply:
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass
+class StepContext:
+    """What the model sees at one step.
+
+    ``entries`` is the whole conversation, oldest first, in the history-entry
+    format of docs/agents.md (the current turn included). ``turn_id`` and
+    ``step`` say where the session is; ``tools`` lists the tool names it may call.
+    """
+
+    member: str
+    entries: list[dict]
+    turn_id: str
+    step: int
+    tools: list[str]
+
+    # --- helpers models tend to want ----------------------------------------------------
+    def turn_entries(self) -> list[dict]:
+        return [e for e in self.entries if e.get("turn_id") == self.turn_id]
+
+    def inputs(self) -> list[dict]:
+        """Every user message and prompt in the conversation."""
+        return [e for e in self.entries if e.get("kind") in INPUT_KINDS]
+
+    def messages_from(self, sender: str) -> list[dict]:
+        return [
+            e
+            for e in self.entries
+            if e.get("kind") == "user_message" and (e.get("source") or {}).get("sender") == sender
+        ]
+
+    def calls(self, tool: str | None = None) -> list[dict]:
+        """Finished tool calls: {"tool", "arguments", "call_id", "result"|"error", "index"}."""
+        results = {e["call_id"]: e for e in self.entries if e.get("kind") == "tool_result"}
+        out = []
+        for index, e in enumerate(self.entries):
+            if e.get("kind") != "tool_call" or (tool and e.get("tool") != tool):
+                continue
+            done = results.get(e["call_id"])
+            if done is None:
+                continue
+            item = {"tool": e["tool"], "arguments": e.get("arguments", {}), "call_id": e["call_id"], "index": index}
+            if "error" in done:
+                item["error"] = done["error"]
+            else:
+                item["result"] = done.get("result")
+            out.append(item)
+        return out
+
+
+@runtime_checkable
+class Model(Protocol):
+    async def step(self, context: StepContext) -> ModelReply: ...
+
+
+class EchoModel:
+    """Answers each new input with ``echo N: <text>``; N counts inputs over the whole history.
+
+    An input containing ``[hold]`` makes it wait (the local ``await_message``
+    tool) for the next message before answering, so a turn can be kept running.
+    """
+
+    def __init__(self, member: str = ""):
+        self.member = member
+
+    async def step(self, context: StepContext) -> ModelReply:
+        turn = context.turn_entries()
+        last_output = max(
+            (i for i, e in enumerate(turn) if e.get("kind") in ("assistant_text", "tool_call")), default=-1
+        )
+        fresh = [e for e in turn[last_output + 1 :] if e.get("kind") in INPUT_KINDS]
+        if any("[hold]" in (e.get("text") or "") for e in fresh):
+            return ModelReply(tool_calls=[ToolCall("await_message", {})])
+        if not fresh:
+            fresh = [e for e in turn if e.get("kind") in INPUT_KINDS][-1:]
+        count = len(context.inputs())
+        said = " | ".join((e.get("text") or "").strip() for e in fresh)
+        return ModelReply(text=f"echo {count}: {said}")
+
+
+def model_factory(name: str) -> Callable[[str], Model]:
+    """The model named on the command line, as a factory taking the member name."""
+    if name == "echo":
+        return EchoModel
+    if name == "keyless":
+        from agents.keyless import KeylessModel
+
+        return KeylessModel
+    raise ValueError(f"unknown model {name!r}; choose keyless or echo")

@@ -1,0 +1,532 @@
+"""AgentSession: one member's agent session over the wire contract.
+
+It speaks ``/ws/agent/`` (hello, status, entries; steer, prompt, interrupt)
+and calls the nine Team tools over REST (agents.client). A turn is a loop of
+steps: model call -> tool calls -> step boundary. At each boundary the
+messages steered in during the step enter the conversation in ``seq`` order,
+each reported as a ``user_message`` entry carrying its team-message source
+(that report is what makes the server record ``delivered``).
+
+- A steer while idle starts a turn (cause ``steer``).
+- A human prompt is always its own turn (cause ``prompt``); one that arrives
+  while a turn runs waits until the session is idle.
+- ``interrupt`` ends the current turn (``turn_end`` reason ``interrupted``) and
+  keeps the inbox.
+- A steer for a message id the session already holds is folded: never added
+  twice; if it is already in the conversation its entry is reported again
+  (the server folds it too, and records ``delivered`` if it had not).
+- Every entry is reported and acknowledged before the session goes on, so what
+  the conversation holds is durable; unacknowledged entries are resent after a
+  reconnect (their ids make a resend harmless).
+- Cold-resume: with ``resume=True`` the session first reads its durable
+  history (GET /api/v1/session/history) and continues from it, in the middle
+  of a turn if it died in one.
+
+Session-local tool: ``await_message {sender?, timeout_ms?}`` waits, inside the
+current step, until a message (from ``sender``, if given) is in the inbox; the
+step boundary right after it lets the message in. It never touches the server.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+import websockets
+from websockets.exceptions import InvalidStatus, WebSocketException
+
+from agents.client import TEAM_TOOLS, ServerClient, ToolError
+from agents.model import Model, StepContext
+
+log = logging.getLogger(__name__)
+
+LOCAL_TOOLS = ("await_message",)
+AWAIT_DEFAULT_MS = 600_000
+
+
+class SessionRefused(Exception):
+    """The server refused the token: retrying will not help."""
+
+
+def _ws_url(server: str) -> str:
+    server = server.rstrip("/")
+    if server.startswith("https://"):
+        return "wss://" + server[len("https://") :] + "/ws/agent/"
+    if server.startswith("http://"):
+        return "ws://" + server[len("http://") :] + "/ws/agent/"
+    return server + "/ws/agent/"
+
+
+class AgentSession:
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        model: Model | None = None,
+        *,
+        model_factory: Callable[[str], Model] | None = None,
+        resume: bool = True,
+        max_backoff: float = 2.0,
+    ):
+        if model is None and model_factory is None:
+            raise ValueError("give a model or a model_factory")
+        self.server = server.rstrip("/")
+        self.token = token
+        self.model = model
+        self.model_factory = model_factory
+        self.resume = resume
+        self.max_backoff = max_backoff
+        self.client = ServerClient(self.server, token, max_backoff=max_backoff)
+        self.member: str | None = None
+        self.team: str | None = None
+        self.status = "idle"
+        self.entries: list[dict] = []  # the conversation, oldest first
+        self.stats = {"connects": 0, "steers": 0, "folded_steers": 0, "prompts": 0, "folded_acks": 0}
+        self.connected = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+        self._inbox: dict[str, dict] = {}  # message id -> steered message not yet in the conversation
+        self._integrated: dict[str, dict] = {}  # message id -> its user_message entry
+        self._last_seq = 0
+        self._prompts: deque[dict] = deque()
+        self._prompt_ids: set[str] = set()
+        self._open_turn: dict | None = None  # a turn found unfinished in the history
+        self._in_turn = False
+        self._interrupt = asyncio.Event()
+        self._work = asyncio.Event()
+        self._inbox_changed = asyncio.Event()
+        self._unacked: OrderedDict[str, dict] = OrderedDict()
+        self._ack_waiters: dict[str, asyncio.Future] = {}
+        self._inflight: deque[str] = deque()
+        self._replay_left = 0
+        self._ws = None
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._report_lock = asyncio.Lock()
+        self.fatal: BaseException | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Run until stop() (or until the server refuses the token)."""
+        if self.resume:
+            self._restore(await self.client.history())
+        self._tasks = [
+            asyncio.create_task(self._connection_loop(), name="session-connection"),
+            asyncio.create_task(self._turn_loop(), name="session-turns"),
+        ]
+        try:
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            await self.client.aclose()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for task in self._tasks:
+            task.cancel()
+
+    def drop_connection(self) -> None:
+        """Lose the websocket abruptly (no close handshake); the session reconnects."""
+        if self._ws is not None:
+            self._ws.transport.abort()
+
+    # --- cold-resume ---------------------------------------------------------------------------
+    def _restore(self, entries: list[dict]) -> None:
+        self.member = self.client.member or self.member
+        self.entries = list(entries)
+        for entry in entries:
+            source = entry.get("source") or {}
+            if entry.get("kind") == "user_message" and source.get("kind") == "team-message":
+                self._integrated[source["message_id"]] = entry
+                self._last_seq = max(self._last_seq, int(source.get("seq") or 0))
+                self.team = source.get("team", self.team)
+            if entry.get("kind") == "prompt" and entry.get("prompt_id") is not None:
+                self._prompt_ids.add(str(entry["prompt_id"]))
+        open_turns: OrderedDict[str, dict] = OrderedDict()
+        for entry in entries:
+            turn_id = entry.get("turn_id")
+            if entry.get("kind") == "turn_start":
+                open_turns[turn_id] = entry
+            elif entry.get("kind") == "turn_end":
+                open_turns.pop(turn_id, None)
+        if open_turns:
+            turn_id, start = next(reversed(open_turns.items()))
+            self._open_turn = {"turn_id": turn_id, "cause": start.get("cause")}
+            self.status = "running"
+            self.idle.clear()
+            self._work.set()
+
+    # --- the websocket -------------------------------------------------------------------------
+    async def _connection_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                async with websockets.connect(
+                    _ws_url(self.server),
+                    additional_headers={"Authorization": f"Bearer {self.token}"},
+                    open_timeout=10,
+                    close_timeout=1,
+                    max_queue=None,
+                ) as ws:
+                    self._ws = ws
+                    self._inflight.clear()
+                    await ws.send(json.dumps({"type": "hello", "status": self.status}))
+                    async for raw in ws:
+                        await self._on_frame(json.loads(raw))
+                        backoff = 0.1
+            except InvalidStatus as exc:
+                if exc.response.status_code in (401, 403):
+                    raise SessionRefused(f"the server refused this session's token ({exc.response.status_code})")
+                log.info("agent websocket refused: %s", exc)
+            except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
+                log.info("agent websocket lost: %r", exc)
+            finally:
+                self._ws = None
+                self.connected.clear()
+            if self._stopping.is_set():
+                return
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+
+    async def _send(self, frame: dict) -> bool:
+        ws = self._ws
+        if ws is None or not self.connected.is_set():
+            return False
+        try:
+            await ws.send(json.dumps(frame))
+            return True
+        except (OSError, WebSocketException):
+            return False
+
+    async def _on_frame(self, frame: dict) -> None:
+        kind = frame.get("type")
+        if kind == "welcome":
+            self.member = frame.get("member", self.member)
+            self.team = frame.get("team", self.team)
+            self.client.member = self.member
+            self._replay_left = int(frame.get("replay") or 0)
+            self.stats["connects"] += 1
+            self.connected.set()
+            if self._replay_left == 0:
+                self._replay_done()
+            for entry in list(self._unacked.values()):  # resend what was never acknowledged
+                self._inflight.append(entry["id"])
+                await self._ws.send(json.dumps({"type": "entry", "entry": entry}))
+        elif kind == "steer":
+            self._on_steer(frame["message"])
+            if self._replay_left > 0:
+                self._replay_left -= 1
+                if self._replay_left == 0:
+                    self._replay_done()
+        elif kind == "prompt":
+            self._on_prompt(frame["prompt"])
+        elif kind == "interrupt":
+            if self._in_turn:
+                self._interrupt.set()
+        elif kind == "ack":
+            entry_id = frame.get("entry_id")
+            with contextlib.suppress(ValueError):
+                self._inflight.remove(entry_id)
+            self._acked(entry_id, folded=bool(frame.get("folded")))
+        elif kind == "error":
+            log.warning("server refused a frame: %s", frame.get("error"))
+            if self._inflight:
+                entry_id = self._inflight.popleft()
+                entry = self._unacked.pop(entry_id, None)
+                waiter = self._ack_waiters.pop(entry_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_exception(ToolError(**{k: frame["error"].get(k, "") for k in ("code", "message")}))
+                elif entry is not None:
+                    log.warning("entry %s was refused", entry_id)
+
+    def _acked(self, entry_id: str, *, folded: bool) -> None:
+        self._unacked.pop(entry_id, None)
+        if folded:
+            self.stats["folded_acks"] += 1
+        waiter = self._ack_waiters.pop(entry_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(folded)
+
+    # --- inbox ---------------------------------------------------------------------------------
+    def _on_steer(self, message: dict) -> None:
+        self.stats["steers"] += 1
+        message_id = message["id"]
+        if message_id in self._integrated:
+            self.stats["folded_steers"] += 1
+            entry = self._integrated[message_id]
+            asyncio.get_running_loop().create_task(self._send_entry(entry))
+            return
+        if message_id in self._inbox:
+            self.stats["folded_steers"] += 1
+            return
+        self._inbox[message_id] = message
+        self._inbox_changed.set()
+        self._work.set()
+
+    def _replay_done(self) -> None:
+        """After a replay the server has sent every undelivered message: an earlier gap is no gap."""
+        if self._inbox:
+            lowest = min(int(m["seq"]) for m in self._inbox.values())
+            self._last_seq = max(self._last_seq, lowest - 1)
+            self._work.set()
+            self._inbox_changed.set()
+
+    def _drainable(self) -> list[dict]:
+        """Inbox messages that may enter now: in seq order, stopping at a gap (a replay is coming)."""
+        out, expected = [], self._last_seq + 1
+        for message in sorted(self._inbox.values(), key=lambda m: int(m["seq"])):
+            seq = int(message["seq"])
+            if seq > expected:
+                break
+            out.append(message)
+            expected = max(expected, seq + 1)
+        return out
+
+    def _on_prompt(self, prompt: dict) -> None:
+        prompt_id = str(prompt["id"])
+        self.stats["prompts"] += 1
+        if prompt_id in self._prompt_ids or any(str(p["id"]) == prompt_id for p in self._prompts):
+            if prompt_id in self._prompt_ids and not self._in_turn:
+                # Its turn already ran (the server missed our idle): say idle again.
+                asyncio.get_running_loop().create_task(self._send({"type": "status", "status": self.status}))
+            return
+        self._prompts.append(prompt)
+        self._work.set()
+
+    # --- reporting -----------------------------------------------------------------------------
+    async def _report(self, entry: dict) -> dict:
+        """Add an entry to the conversation and wait until the server holds it."""
+        entry.setdefault("id", uuid.uuid4().hex)
+        self.entries.append(entry)
+        await self._send_entry(entry)
+        return entry
+
+    async def _send_entry(self, entry: dict) -> bool:
+        async with self._report_lock:
+            waiter = self._ack_waiters.get(entry["id"])
+            if waiter is None or waiter.done():
+                waiter = asyncio.get_running_loop().create_future()
+                self._ack_waiters[entry["id"]] = waiter
+            self._unacked[entry["id"]] = entry
+            if self.connected.is_set() and self._ws is not None:
+                self._inflight.append(entry["id"])
+                if not await self._send({"type": "entry", "entry": entry}):
+                    with contextlib.suppress(ValueError):
+                        self._inflight.remove(entry["id"])
+            try:
+                return await waiter
+            except ToolError:
+                return False
+
+    async def _set_status(self, status: str) -> None:
+        self.status = status
+        if status == "idle":
+            self.idle.set()
+        else:
+            self.idle.clear()
+        await self._send({"type": "status", "status": status})
+
+    # --- turns ---------------------------------------------------------------------------------
+    def _has_work(self) -> bool:
+        return bool(self._open_turn or self._prompts or self._drainable())
+
+    async def _turn_loop(self) -> None:
+        await self.connected.wait()
+        if self.model is None:
+            self.model = self.model_factory(self.member or "")
+        while not self._stopping.is_set():
+            if not self._has_work():
+                self._work.clear()
+                if not self._has_work():
+                    await self._work.wait()
+                continue
+            await self.connected.wait()
+            if self._open_turn is not None:
+                await self._resume_turn(self._open_turn)
+            elif self._prompts:
+                await self._run_turn(cause="prompt", prompt=self._prompts.popleft())
+            else:
+                await self._run_turn(cause="steer")
+
+    async def _run_turn(self, *, cause: str, prompt: dict | None = None) -> None:
+        turn_id = uuid.uuid4().hex
+        self._in_turn = True
+        self._interrupt.clear()
+        await self._set_status("running")
+        await self._report({"kind": "turn_start", "turn_id": turn_id, "step": 0, "cause": cause})
+        if prompt is not None:
+            self._prompt_ids.add(str(prompt["id"]))
+            await self._report(
+                {
+                    "id": f"prompt-{prompt['id']}",
+                    "kind": "prompt",
+                    "turn_id": turn_id,
+                    "step": 0,
+                    "prompt_id": prompt["id"],
+                    "author": prompt.get("author"),
+                    "text": prompt.get("content", ""),
+                }
+            )
+        else:
+            await self._integrate(turn_id, 0)
+        await self._steps(turn_id, 0)
+
+    async def _resume_turn(self, open_turn: dict) -> None:
+        """Continue a turn the history left unfinished: finish its pending tool calls, then go on."""
+        self._open_turn = None
+        turn_id = open_turn["turn_id"]
+        self._in_turn = True
+        self._interrupt.clear()
+        await self._set_status("running")
+        turn = [e for e in self.entries if e.get("turn_id") == turn_id]
+        step = max((int(e.get("step") or 0) for e in turn), default=0)
+        results = {e["call_id"] for e in turn if e.get("kind") == "tool_result"}
+        in_step = [e for e in turn if int(e.get("step") or 0) == step]
+        for call in [e for e in in_step if e.get("kind") == "tool_call" and e["call_id"] not in results]:
+            if not await self._run_tool(turn_id, step, call):
+                return await self._end_turn(turn_id, step, "interrupted")
+        kinds = {e.get("kind") for e in in_step}
+        if "tool_call" in kinds:
+            step += 1
+            await self._integrate(turn_id, step)
+        elif "assistant_text" in kinds:
+            return await self._end_turn(turn_id, step, "done")  # the model had given its final answer
+        await self._steps(turn_id, step)
+
+    async def _steps(self, turn_id: str, step: int) -> None:
+        while True:
+            if self._interrupt.is_set():
+                return await self._end_turn(turn_id, step, "interrupted")
+            context = StepContext(
+                member=self.member or "",
+                entries=self.entries,
+                turn_id=turn_id,
+                step=step,
+                tools=[*TEAM_TOOLS, *LOCAL_TOOLS],
+            )
+            reply = await self._interruptible(self.model.step(context))
+            if reply is None:
+                return await self._end_turn(turn_id, step, "interrupted")
+            if reply.text:
+                await self._report({"kind": "assistant_text", "turn_id": turn_id, "step": step, "text": reply.text})
+            if not reply.tool_calls:
+                return await self._end_turn(turn_id, step, "done")
+            for call in reply.tool_calls:
+                entry = {
+                    "kind": "tool_call",
+                    "turn_id": turn_id,
+                    "step": step,
+                    "call_id": uuid.uuid4().hex,
+                    "tool": call.name,
+                    "arguments": dict(call.arguments),
+                }
+                if call.name in LOCAL_TOOLS:
+                    entry["local"] = True
+                await self._report(entry)
+                if not await self._run_tool(turn_id, step, entry):
+                    return await self._end_turn(turn_id, step, "interrupted")
+            step += 1  # the step boundary: steered messages enter here
+            await self._integrate(turn_id, step)
+
+    async def _run_tool(self, turn_id: str, step: int, call: dict) -> bool:
+        """Run one reported tool call and report its result. False when interrupted."""
+        outcome = await self._interruptible(self._execute(call["tool"], call.get("arguments") or {}, call["call_id"]))
+        result = {"kind": "tool_result", "turn_id": turn_id, "step": step, "call_id": call["call_id"], "tool": call["tool"]}
+        if outcome is None:
+            result["error"] = {"code": "INTERRUPTED", "message": "The turn was interrupted."}
+            await self._report(result)
+            return False
+        result.update(outcome)
+        await self._report(result)
+        return True
+
+    async def _execute(self, name: str, arguments: dict, call_id: str) -> dict:
+        try:
+            if name == "await_message":
+                return {"result": await self._await_message(**arguments)}
+            if name not in TEAM_TOOLS:
+                raise ToolError("NOT_FOUND", f"No tool named {name!r}.")
+            return {"result": await self.client.tool(name, arguments, call_id=call_id)}
+        except ToolError as exc:
+            return {"error": exc.as_dict()}
+        except TypeError as exc:
+            return {"error": {"code": "VALIDATION_ERROR", "message": str(exc)}}
+
+    async def _await_message(self, sender: str | None = None, timeout_ms: int = AWAIT_DEFAULT_MS) -> dict:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            ready = [m for m in self._drainable() if sender is None or m["sender"] == sender]
+            if ready:
+                return {
+                    "timed_out": False,
+                    "arrived": [{"sender": m["sender"], "message_id": m["id"]} for m in self._drainable()],
+                }
+            self._inbox_changed.clear()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return {"timed_out": True, "arrived": []}
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._inbox_changed.wait(), remaining)
+
+    async def _interruptible(self, coro):
+        """Run coro unless the turn is interrupted first (then None)."""
+        work = asyncio.ensure_future(coro)
+        stop = asyncio.ensure_future(self._interrupt.wait())
+        try:
+            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if work.done():
+            return work.result()
+        work.cancel()
+        with contextlib.suppress(BaseException):
+            await work
+        return None
+
+    async def _integrate(self, turn_id: str, step: int) -> None:
+        """The step boundary: steered messages enter the conversation in seq order."""
+        for message in self._drainable():
+            message_id = message["id"]
+            self._inbox.pop(message_id, None)
+            entry = {
+                "id": f"msg-{message_id}",
+                "kind": "user_message",
+                "turn_id": turn_id,
+                "step": step,
+                "text": message.get("content", ""),
+                "source": {
+                    "kind": "team-message",
+                    "message_id": message_id,
+                    "sender": message.get("sender"),
+                    "team": self.team,
+                    "seq": message.get("seq"),
+                },
+            }
+            self._integrated[message_id] = entry
+            self._last_seq = max(self._last_seq, int(message["seq"]))
+            await self._report(entry)
+
+    async def _end_turn(self, turn_id: str, step: int, reason: str) -> None:
+        await self._report({"kind": "turn_end", "turn_id": turn_id, "step": step, "reason": reason})
+        self._in_turn = False
+        self._interrupt.clear()
+        await self._set_status("idle")
+
+
+async def run_session(server: str, token: str, model_factory: Callable[[str], Any]) -> None:
+    session = AgentSession(server, token, model_factory=model_factory)
+    await session.run()
