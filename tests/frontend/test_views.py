@@ -1,0 +1,209 @@
+"""The dashboard's views and selectors: who sees what, and how much a page load reads."""
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from frontend import selectors
+from frontend.markdown import markdown_html
+from mailbox.models import HistoryEntry, MessageState, TeamMessage
+from teams import services as team_services
+
+pytestmark = pytest.mark.django_db
+
+
+def _team(name="alpha"):
+    team, lead, _, _ = team_services.team_create(name=name)
+    impl = team_services.member_spawn(lead=lead, name="implementer", description="d", prompt="p")
+    return team, lead, impl
+
+
+def _messages(team, sender, target, n, *, state=MessageState.DELIVERED, start=1):
+    now = timezone.now()
+    TeamMessage.objects.bulk_create(
+        TeamMessage(
+            team=team,
+            sender=sender,
+            target=target,
+            content=f"message **{i}**",
+            seq=i,
+            state=state,
+            queued_at=now - timedelta(seconds=n - i + 2),
+            accepted_at=now - timedelta(seconds=n - i + 1),
+            delivered_at=(now - timedelta(seconds=n - i)) if state == MessageState.DELIVERED else None,
+        )
+        for i in range(start, start + n)
+    )
+
+
+def _user(username, operator):
+    user = User.objects.create_user(username, password="pw")
+    if operator:
+        user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    return user
+
+
+def _entries(member, *entries):
+    for i, (kind, data) in enumerate(entries):
+        HistoryEntry.objects.create(
+            member=member,
+            entry_id=f"e{i}",
+            kind=kind,
+            message_id=(data.get("source") or {}).get("message_id"),
+            prompt_id=data.get("prompt_id"),
+            data={"id": f"e{i}", "kind": kind, **data},
+        )
+
+
+def test_snapshot_reads_the_same_bounded_windows_for_ten_messages_or_two_thousand():
+    def measure(n):
+        team, lead, impl = _team(f"team-{n}")
+        _messages(team, lead, impl, n)
+        _messages(team, lead, impl, 5, state=MessageState.QUEUED, start=n + 1)
+        with CaptureQueriesContext(connection) as queries:
+            snapshot = selectors.team_snapshot(team=team)
+        return snapshot, len(queries)
+
+    small, small_queries = measure(10)
+    large, large_queries = measure(2000)
+    assert large_queries == small_queries
+    impl = next(m for m in large["members"] if m["name"] == "implementer")
+    assert impl["counts"] == {"queued": 5, "accepted": 0, "delivered": 2000}
+    assert len(impl["messages"]["delivered"]) == selectors.DELIVERED_WINDOW
+    assert [m["seq"] for m in impl["messages"]["delivered"]][:2] == [2000, 1999]  # newest first
+    assert [m["seq"] for m in impl["messages"]["queued"]] == [2001, 2002, 2003, 2004, 2005]
+    assert len(impl["latency"]) == selectors.LATENCY_WINDOW
+    assert impl["latency"][-1]["seconds"] == pytest.approx(2.0, abs=0.01)
+    assert impl["messages"]["delivered"][0]["html"] == "<p>message <strong>2000</strong></p>\n"
+
+
+def test_pages_need_a_signed_in_person(client):
+    _team()
+    for url in ("/", "/teams.json", "/teams/alpha/", "/teams/alpha/snapshot.json"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+
+
+def test_operator_gets_controls_and_csrf_token_viewer_gets_neither(client):
+    _team()
+    client.force_login(_user("viewer", operator=False))
+    page = client.get("/teams/alpha/").content.decode()
+    assert 'data-action="prompt"' not in page and 'name="csrf-token"' not in page
+    assert client.get("/teams/alpha/snapshot.json").json()["me"] == {
+        "username": "viewer",
+        "role": "viewer",
+        "can_act": False,
+    }
+    client.force_login(_user("op", operator=True))
+    page = client.get("/teams/alpha/").content.decode()
+    assert 'data-action="prompt"' in page and 'name="csrf-token"' in page
+    assert client.get("/teams/alpha/snapshot.json").json()["me"]["can_act"] is True
+
+
+def test_team_page_forbids_inline_script_and_unknown_team_is_404(client):
+    _team()
+    client.force_login(_user("viewer", operator=False))
+    response = client.get("/teams/alpha/")
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+    assert client.get("/teams/nope/").status_code == 404
+    assert client.get("/teams/nope/snapshot.json").status_code == 404
+
+
+def test_module_and_stylesheet_are_served_by_django(client):
+    js = client.get("/static/frontend/dashboard.js")
+    assert js.status_code == 200 and "javascript" in js["Content-Type"]
+    css = client.get("/static/frontend/dashboard.css")
+    assert css.status_code == 200 and css["Content-Type"].startswith("text/css")
+    assert client.get("/static/../config/settings.py").status_code in (400, 404)  # nothing outside static/
+
+
+def test_member_messages_page_walks_every_message_by_cursor(client):
+    team, lead, impl = _team()
+    _messages(team, lead, impl, 120)
+    client.force_login(_user("viewer", operator=False))
+    seen, url = [], "/teams/alpha/members/implementer/messages/?state=delivered"
+    while url:
+        response = client.get(url)
+        seen += [m["seq"] for m in response.context["messages"]]
+        cursor = response.context["next_cursor"]
+        url = f"/teams/alpha/members/implementer/messages/?state=delivered&cursor={cursor}" if cursor else None
+    assert seen == list(range(120, 0, -1))
+
+
+def test_team_list_summarises_statuses_messages_and_open_tasks(client):
+    team, lead, impl = _team()
+    _messages(team, lead, impl, 3)
+    _messages(team, lead, impl, 2, state=MessageState.QUEUED, start=4)
+    team_services.task_create(member=lead, subject="s", description="", blocked_by=[], write_scopes=[])
+    client.force_login(_user("viewer", operator=False))
+    [summary] = client.get("/teams.json").json()["teams"]
+    assert summary["messages"] == {"queued": 2, "accepted": 0, "delivered": 3}
+    assert summary["open_tasks"] == 1
+    assert [(m["name"], m["status"]) for m in summary["members"]] == [
+        ("lead", "inactive"),
+        ("implementer", "provisioning"),
+    ]
+
+
+def test_timeline_puts_a_steered_message_in_the_step_it_entered_and_a_prompt_in_its_own_turn():
+    team, lead, impl = _team()
+    _messages(team, lead, impl, 1, state=MessageState.ACCEPTED)
+    message_id = TeamMessage.objects.get().pk
+    _entries(
+        impl,
+        ("turn_start", {"turn_id": "t1", "step": 0}),
+        ("assistant_text", {"turn_id": "t1", "step": 0, "text": "first"}),
+        ("tool_call", {"turn_id": "t1", "step": 1, "name": "team_task_list", "arguments": {}}),
+        ("user_message", {"turn_id": "t1", "step": 2, "text": "steer", "source": {"kind": "team-message", "message_id": message_id, "sender": "lead"}}),
+        ("assistant_text", {"turn_id": "t1", "step": 2, "text": "ok"}),
+        ("turn_end", {"turn_id": "t1", "step": 2}),
+        ("turn_start", {"turn_id": "t2", "step": 0}),
+        ("prompt", {"turn_id": "t2", "step": 0, "prompt_id": "prompt-1", "text": "human"}),
+    )
+    rows = list(HistoryEntry.objects.filter(member=impl).order_by("id"))
+    turns, current = selectors.timeline_build(rows, status="running")
+    assert [(t["turn_id"], t["kind"], t["ended"]) for t in turns] == [("t1", "turn", True), ("t2", "prompt", False)]
+    steps = {s["step"]: [e["kind"] for e in s["entries"]] for s in turns[0]["steps"]}
+    assert steps == {0: ["turn_start", "assistant_text"], 1: ["tool_call"], 2: ["user_message", "assistant_text", "turn_end"]}
+    steered = turns[0]["steps"][2]["entries"][0]
+    assert steered["message_id"] == message_id and steered["sender"] == "lead"
+    assert turns[1]["prompt_id"] == "prompt-1"
+    assert current == {"turn_id": "t2", "kind": "prompt", "step": 0, "started_at": turns[1]["started_at"]}
+
+
+def test_timeline_without_turn_ids_opens_a_turn_at_each_start_and_each_prompt():
+    team, lead, impl = _team()
+    _entries(
+        impl,
+        ("turn_start", {}),
+        ("assistant_text", {"text": "a"}),
+        ("turn_end", {}),
+        ("prompt", {"prompt_id": "prompt-2", "text": "b"}),
+        ("assistant_text", {"text": "c"}),
+    )
+    turns, current = selectors.timeline_build(list(HistoryEntry.objects.filter(member=impl).order_by("id")), status="idle")
+    assert [t["kind"] for t in turns] == ["turn", "prompt"]
+    assert current is None
+
+
+@pytest.mark.parametrize(
+    "payload, absent",
+    [
+        ("<script>alert(1)</script>", "<script"),
+        ('<img src=x onerror="alert(1)">', "<img"),
+        ("[x](javascript:alert(1))", "<a "),
+        ('<a href="javascript:alert(1)">x</a>', "<a "),
+        ("[x](JaVaScRiPt:alert(1))", "<a "),
+        ("<svg onload=alert(1)>", "<svg"),
+        ("<iframe src=https://example.com></iframe>", "<iframe"),
+    ],
+)
+def test_markdown_is_rendered_and_raw_html_stays_text(payload, absent):
+    html = markdown_html(payload)
+    assert absent.lower() not in html.lower()
+    assert markdown_html("see [docs](https://example.com) **now**") == (
+        '<p>see <a href="https://example.com" rel="noopener noreferrer nofollow">docs</a> <strong>now</strong></p>\n'
+    )
