@@ -19,9 +19,10 @@ used with different arguments              409 ``IDEMPOTENCY_KEY_CONFLICT``
 A refused call (``TeamError``) rolls its claim back, so a retry runs again.
 The window is ``STEERBOARD["IDEMPOTENCY_WINDOW"]`` seconds (7 days by default).
 An expired key counts as unused even before it is pruned, so pruning only
-bounds the table: each process prunes at its first keyed call after it starts
-and then hourly (``prune_due``), and ``manage.py idempotency_prune`` does it
-from cron or an operator's shell.
+bounds the table: each process prunes when it starts (its first recovery pass,
+or its first keyed call, whichever comes first) and then hourly
+(``prune_due``); ``manage.py sweep`` does too, and ``manage.py
+idempotency_prune`` prunes at once, from cron or an operator's shell.
 """
 import hashlib
 import json

@@ -14,7 +14,7 @@ import logging
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from mailbox import presence
+from mailbox import idempotency, presence
 from mailbox.delivery import recovery_sweep
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ _task: asyncio.Task | None = None
 
 def recovery_pass() -> dict:
     """One pass: reap what dead processes left behind, then the delivery sweep."""
+    idempotency.prune_due()  # expired idempotency keys: at the first pass, then hourly
     reaped = presence.presence_reap()
     return {**recovery_sweep(), **reaped}
 

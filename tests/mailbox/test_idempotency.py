@@ -199,3 +199,29 @@ async def test_malformed_keys_are_refused(api, key):
     assert await message_count() == 0
     ok = await api.ok(team["lead"], "send_message", target="implementer", message="hi", idempotency_key="x" * 128)
     assert ok["idempotent_replay"] is False
+
+
+def test_the_sweeper_prunes_when_the_process_starts_and_then_hourly(db, monkeypatch):
+    from mailbox import idempotency, sweeper
+    from teams.services import team_create
+
+    _, lead, _, _ = team_create(name="gamma")
+
+    def expired_key(key: str) -> None:
+        IdempotencyRecord.objects.create(
+            member=lead, tool="send_message", key=key, fingerprint="f", created_at=timezone.now() - timedelta(days=8)
+        )
+
+    monkeypatch.setattr(idempotency, "_pruned_at", None)  # a process that just started
+    expired_key("a")
+    sweeper.recovery_pass()
+    assert IdempotencyRecord.objects.count() == 0
+
+    expired_key("b")
+    sweeper.recovery_pass()  # within the hour: left for the next prune
+    assert IdempotencyRecord.objects.count() == 1
+
+    clock = idempotency.time.monotonic() + idempotency.PRUNE_EVERY + 1
+    monkeypatch.setattr(idempotency.time, "monotonic", lambda: clock)
+    sweeper.recovery_pass()
+    assert IdempotencyRecord.objects.count() == 0
