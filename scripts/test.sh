@@ -20,8 +20,15 @@ fi
 
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 
-if [[ " $backends " == *" postgres "* ]]; then
+# Both runs need the services: the PostgreSQL run for everything, the embedded
+# run for the multi-process tests (tests/e2e/test_multiprocess.py makes its own
+# PostgreSQL database and Redis prefix whatever the run is on).
+{
   log "services: PostgreSQL and Redis on 127.0.0.1"
+  if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq postgresql redis-server >/dev/null
+  fi
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start
     for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
@@ -32,7 +39,9 @@ if [[ " $backends " == *" postgres "* ]]; then
       --dir /var/lib/redis --logfile /var/log/redis/ci.log
     for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
   fi
-fi
+  pg_isready -q -h 127.0.0.1 -p 5432 || { echo "PostgreSQL is not answering on 127.0.0.1:5432" >&2; exit 1; }
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "Redis is not answering on 127.0.0.1:6379" >&2; exit 1; }
+}
 
 status=0
 for backend in $backends; do
