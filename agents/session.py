@@ -95,9 +95,11 @@ class AgentSession:
         self._integrated: dict[str, dict] = {}  # message id -> its user_message entry
         self._last_seq = 0
         self._prompts: deque[dict] = deque()
-        self._prompt_ids: set[str] = set()
+        self._prompt_ids: set[str] = set()  # every prompt id seen: queued, running or in the history
+        self._prompt_entries: dict[str, dict] = {}  # prompt id -> its entry in the conversation
         self._open_turn: dict | None = None  # a turn found unfinished in the history
         self._in_turn = False
+        self._turn_id: str | None = None
         self._interrupt = asyncio.Event()
         self._work = asyncio.Event()
         self._inbox_changed = asyncio.Event()
@@ -155,6 +157,7 @@ class AgentSession:
                 self.team = source.get("team", self.team)
             if entry.get("kind") == "prompt" and entry.get("prompt_id") is not None:
                 self._prompt_ids.add(str(entry["prompt_id"]))
+                self._prompt_entries[str(entry["prompt_id"])] = entry
         open_turns: OrderedDict[str, dict] = OrderedDict()
         for entry in entries:
             turn_id = entry.get("turn_id")
@@ -298,13 +301,21 @@ class AgentSession:
     def _on_prompt(self, prompt: dict) -> None:
         prompt_id = str(prompt["id"])
         self.stats["prompts"] += 1
-        if prompt_id in self._prompt_ids or any(str(p["id"]) == prompt_id for p in self._prompts):
-            if prompt_id in self._prompt_ids and not self._in_turn:
-                # Its turn already ran (the server missed our idle): say idle again.
-                asyncio.get_running_loop().create_task(self._send({"type": "status", "status": self.status}))
+        if prompt_id in self._prompt_entries:
+            # Pushed again (e.g. after a reconnect): it already has its turn. Report its entry again
+            # (folded) and, if that turn is over, say idle again so the server completes it.
+            asyncio.get_running_loop().create_task(self._prompt_again(self._prompt_entries[prompt_id]))
             return
+        if prompt_id in self._prompt_ids:
+            return  # queued here already, or its turn is starting
+        self._prompt_ids.add(prompt_id)
         self._prompts.append(prompt)
         self._work.set()
+
+    async def _prompt_again(self, entry: dict) -> None:
+        await self._send_entry(entry)
+        if not (self._in_turn and self._turn_id == entry.get("turn_id")):
+            await self._send({"type": "status", "status": self.status})
 
     # --- reporting -----------------------------------------------------------------------------
     async def _report(self, entry: dict) -> dict:
@@ -363,23 +374,23 @@ class AgentSession:
 
     async def _run_turn(self, *, cause: str, prompt: dict | None = None) -> None:
         turn_id = uuid.uuid4().hex
-        self._in_turn = True
+        self._in_turn, self._turn_id = True, turn_id
         self._interrupt.clear()
         await self._set_status("running")
         await self._report({"kind": "turn_start", "turn_id": turn_id, "step": 0, "cause": cause})
         if prompt is not None:
+            entry = {
+                "id": f"prompt-{prompt['id']}",
+                "kind": "prompt",
+                "turn_id": turn_id,
+                "step": 0,
+                "prompt_id": prompt["id"],
+                "author": prompt.get("author"),
+                "text": prompt.get("content", ""),
+            }
             self._prompt_ids.add(str(prompt["id"]))
-            await self._report(
-                {
-                    "id": f"prompt-{prompt['id']}",
-                    "kind": "prompt",
-                    "turn_id": turn_id,
-                    "step": 0,
-                    "prompt_id": prompt["id"],
-                    "author": prompt.get("author"),
-                    "text": prompt.get("content", ""),
-                }
-            )
+            self._prompt_entries[str(prompt["id"])] = entry
+            await self._report(entry)
         else:
             await self._integrate(turn_id, 0)
         await self._steps(turn_id, 0)
@@ -388,7 +399,7 @@ class AgentSession:
         """Continue a turn the history left unfinished: finish its pending tool calls, then go on."""
         self._open_turn = None
         turn_id = open_turn["turn_id"]
-        self._in_turn = True
+        self._in_turn, self._turn_id = True, turn_id
         self._interrupt.clear()
         await self._set_status("running")
         turn = [e for e in self.entries if e.get("turn_id") == turn_id]

@@ -96,8 +96,8 @@ class Team:
         assert response.status_code == 201, response.text
         return response.json()["prompt"]
 
-    def tool(self, member: str, name: str, **arguments) -> httpx.Response:
-        return httpx.post(f"{self.server.url}/api/v1/tools/{name}", json=arguments, timeout=90,
+    def tool(self, member: str, tool_name: str, **arguments) -> httpx.Response:
+        return httpx.post(f"{self.server.url}/api/v1/tools/{tool_name}", json=arguments, timeout=90,
                           headers={"Authorization": f"Bearer {self.token(member)}"})
 
     def summary(self) -> dict:

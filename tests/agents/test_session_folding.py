@@ -1,0 +1,105 @@
+"""AgentSession folding, against a real daphne process: a steer repeated for a
+message id the session already holds leaves one history entry."""
+import asyncio
+
+import pytest
+
+from agents import AgentSession, ModelReply, StepContext
+from tests.agents.support import Team
+
+pytestmark = pytest.mark.e2e
+
+
+class GatedModel:
+    """A plugged-in model that holds its step until the test opens the gate, then answers."""
+
+    def __init__(self):
+        self.gate = asyncio.Event()
+        self.steps = 0
+
+    async def step(self, context: StepContext) -> ModelReply:
+        self.steps += 1
+        await self.gate.wait()
+        heard = [e["text"] for e in context.turn_entries() if e["kind"] == "user_message"]
+        return ModelReply(text="heard: " + ", ".join(heard))
+
+
+async def until(predicate, what, timeout=30):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "folding")
+    send = lambda message: asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message=message)
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    assert spawned.status_code == 200
+    model = GatedModel()
+    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        first = (await send("one")).json()["message_id"]
+        await until(lambda: model.steps == 1, "the first step")
+        second = (await send("two")).json()["message_id"]  # waits in the inbox: the step is held
+        await until(lambda: session.stats["steers"] >= 2, "the second steer")
+
+        # The server pushes an undelivered message again (recovery, REDELIVER_AFTER=2s) ...
+        await until(lambda: session.stats["folded_steers"] >= 1, "a redelivered steer", timeout=30)
+        # ... and replays it after a reconnect.
+        connects, folded = session.stats["connects"], session.stats["folded_steers"]
+        session.drop_connection()
+        await until(lambda: session.stats["connects"] > connects, "the reconnect")
+        await until(lambda: session.stats["folded_steers"] > folded, "the replayed steer")
+
+        model.gate.set()
+        await until(lambda: session.idle.is_set() and not session._inbox, "both messages in the conversation")
+
+        # An integrated message steered again: reported again, folded by the server, not added twice.
+        acks = session.stats["folded_acks"]
+        session._on_steer({"id": first, "sender": "lead", "target": "worker", "content": "one", "seq": 1})
+        await until(lambda: session.stats["folded_acks"] > acks, "the folded re-report")
+
+        history = await asyncio.to_thread(team.history, "worker")
+        held = [e["source"]["message_id"] for e in history if e["kind"] == "user_message"]
+        assert sorted(held) == sorted([first, second])
+        local = [e["source"]["message_id"] for e in session.entries if e["kind"] == "user_message"]
+        assert sorted(local) == sorted([first, second])
+        assert [e["id"] for e in session.entries] == [e["id"] for e in history]
+        messages = await asyncio.to_thread(team.messages)
+        assert {m["id"]: m["state"] for m in messages} == {first: "delivered", second: "delivered"}
+    finally:
+        await session.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_turn_once(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "prompt-race")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    assert spawned.status_code == 200
+    model = GatedModel()
+    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="work")
+        await until(lambda: model.steps == 1, "the turn's first step")
+        prompt = await asyncio.to_thread(team.prompt, "worker", "a human question")
+        # The race the Queue adapter cannot rule out: its push lands just as a turn began.
+        session._on_prompt({"id": prompt["id"], "author": "op", "content": "a human question"})
+        await asyncio.sleep(0.3)
+        assert not any(e["kind"] == "prompt" for e in session.entries), "a prompt never enters a running turn"
+        model.gate.set()
+        await until(lambda: sum(e["kind"] == "turn_end" for e in session.entries) == 2, "two turns")
+        await asyncio.sleep(0.5)  # the server's own push of the prompt (after idle) must fold
+        history = await asyncio.to_thread(team.history, "worker")
+        kinds = [(e["kind"], e.get("cause")) for e in history if e["kind"] in ("turn_start", "prompt")]
+        assert kinds == [("turn_start", "steer"), ("turn_start", "prompt"), ("prompt", None)]
+        assert sum(e["kind"] == "turn_start" for e in session.entries) == 2
+    finally:
+        await session.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

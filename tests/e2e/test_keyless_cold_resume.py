@@ -1,0 +1,81 @@
+"""Cold-resume: a member whose session ended is started again by the host when a
+message arrives, and continues from its durable history."""
+import pytest
+
+from tests.agents.support import Team
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def team(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "resume")
+    yield team
+    team.stop_all()
+
+
+def status_of(team: Team, member: str) -> str:
+    return next(m["status"] for m in team.summary()["members"] if m["name"] == member)
+
+
+def texts(entries):
+    return [e["text"] for e in entries if e["kind"] == "assistant_text"]
+
+
+def spawn_worker(team: Team) -> None:
+    response = team.tool("lead", "spawn_teammate", name="worker", description="echoes", prompt="Echo what you hear.")
+    assert response.status_code == 200, response.text
+    team.wait_for(lambda: status_of(team, "worker") == "idle", "the host to provision the worker")
+
+
+def test_an_ended_session_is_resumed_by_a_message_and_continues_from_its_history(team):
+    host = team.start_host("echo")
+    spawn_worker(team)
+    assert team.tool("lead", "send_message", target="worker", message="first").status_code == 200
+    team.wait_for(lambda: "echo 1: first" in texts(team.history("worker")) and status_of(team, "worker") == "idle",
+                  "the first answer")
+
+    host.kill()  # the host and its sessions are gone without a goodbye
+    team.wait_for(lambda: status_of(team, "worker") == "inactive", "the worker to go inactive")
+    team.start_host("echo")
+    sent = team.tool("lead", "send_message", target="worker", message="second")
+    # accepted (the new host was asked to resume the worker) or queued (it asks when it connects)
+    assert sent.status_code == 200, sent.text
+    team.wait_for(lambda: status_of(team, "worker") == "idle" and len(texts(team.history("worker"))) == 2,
+                  "the resumed worker to answer")
+
+    history = team.history("worker")
+    # "echo 2": the resumed session counted the first message, which it only knows from the history.
+    assert texts(history) == ["echo 1: first", "echo 2: second"]
+    assert [e["kind"] for e in history].count("turn_start") == 2
+    assert len({e["id"] for e in history}) == len(history)
+    assert all(m["state"] == "delivered" for m in team.messages())
+
+
+def test_a_session_that_died_in_a_turn_continues_that_turn(team):
+    host = team.start_host("echo")
+    spawn_worker(team)
+    team.tool("lead", "send_message", target="worker", message="[hold] wait for my next message")
+    waiting = lambda: any(e["kind"] == "tool_call" and e["tool"] == "await_message" for e in team.history("worker"))
+    team.wait_for(waiting, "the worker to wait inside its turn")
+    assert status_of(team, "worker") == "running"
+
+    host.kill()
+    team.wait_for(lambda: status_of(team, "worker") == "inactive", "the worker to go inactive")
+    team.start_host("echo")
+    team.tool("lead", "send_message", target="worker", message="here it is")
+    team.wait_for(lambda: status_of(team, "worker") == "idle" and texts(team.history("worker")), "the turn to end")
+
+    history = team.history("worker")
+    assert [e["kind"] for e in history] == [
+        "turn_start",
+        "user_message",
+        "tool_call",
+        "tool_result",  # reported by the resumed session, which ran the pending call again
+        "user_message",
+        "assistant_text",
+        "turn_end",
+    ]
+    assert len({e["turn_id"] for e in history}) == 1, "one turn, continued"
+    assert [e["step"] for e in history if e["kind"] == "user_message"] == [0, 1]
+    assert texts(history) == ["echo 2: here it is"]

@@ -1,0 +1,59 @@
+"""Kill the daphne process in the middle of the keyless profile and start it again
+on the same port and database: the sessions and the host reconnect, nothing is
+lost or duplicated, and the Lead still ends with TEAM_WORKFLOW_OK."""
+import time
+
+import pytest
+
+from tests.agents.support import Team
+from tests.e2e.test_keyless_profile import (
+    assert_nothing_lost_or_duplicated,
+    assert_researcher_steered_into_implementer_turn,
+    assert_tasks_completed_before_final_text,
+)
+from tests.support.live import DaphneProcess
+
+pytestmark = pytest.mark.e2e
+
+
+def has_result(team: Team, member: str, tool: str) -> bool:
+    try:
+        entries = team.history(member)
+    except AssertionError:  # the member has no token yet: not spawned
+        return False
+    return any(e["kind"] == "tool_result" and e.get("tool") == tool and "result" in e for e in entries)
+
+
+@pytest.mark.parametrize(
+    "member, tool",
+    [("researcher", "team_task_create"), ("implementer", "team_task_create")],
+    ids=["after-task-1-created", "after-task-2-created"],
+)
+def test_profile_survives_a_server_restart(live_env, daphne_server, member, tool):
+    team = Team(live_env, daphne_server, "restart")
+    again = None
+    try:
+        team.start_host("keyless")
+        team.start_session("lead", "keyless")
+        team.prompt("lead", "Run the team workflow.")
+        team.wait_for(lambda: _spawned(team, member) and has_result(team, member, tool), f"{member} {tool}")
+        daphne_server.kill()
+        time.sleep(1.0)
+        again = DaphneProcess(live_env, port=daphne_server.port).start()
+        team.server = again
+        team.wait_for(team.workflow_ok, "TEAM_WORKFLOW_OK after the restart", timeout=120)
+        team.wait_for(team.settled, "every member idle with every message delivered", timeout=60)
+        histories = {m: team.history(m) for m in ("lead", "implementer", "researcher")}
+        assert_nothing_lost_or_duplicated(team, histories)
+        assert_researcher_steered_into_implementer_turn(histories["implementer"])
+        assert_tasks_completed_before_final_text(histories["lead"])
+        final = [e for e in histories["lead"] if e["kind"] == "assistant_text" and "TEAM_WORKFLOW_OK" in e["text"]]
+        assert len(final) == 1
+    finally:
+        team.stop_all()
+        if again is not None:
+            again.stop()
+
+
+def _spawned(team: Team, member: str) -> bool:
+    return any(m["name"] == member for m in team.summary()["members"])
