@@ -52,16 +52,24 @@ def _latency_point(message: TeamMessage) -> dict | None:
     }
 
 
-def _text_of(data: dict) -> str:
-    for key in ("text", "content", "message", "result", "output"):
+def _text_of(kind: str, data: dict) -> str:
+    """A one-line summary of an entry, whatever optional fields its session put in it."""
+    tool = data.get("tool") or data.get("name")
+    if kind == EntryKind.TOOL_CALL:
+        args = data.get("arguments", data.get("input", data.get("args")))
+        return f"{tool or '?'}({_short(args) if args is not None else ''})"
+    if kind == EntryKind.TOOL_RESULT:
+        if data.get("error") is not None:
+            return f"{tool or ''} ✗ {_short(data['error'])}".strip()
+        outcome = data.get("result", data.get("output", data.get("text")))
+        return f"{tool or ''} → {_short(outcome)}".strip() if outcome is not None else (tool or "")
+    if kind in (EntryKind.TURN_START, EntryKind.TURN_END):
+        why = data.get("cause") or data.get("reason") or data.get("text")
+        return why if isinstance(why, str) else ""
+    for key in ("text", "content", "message"):
         value = data.get(key)
         if isinstance(value, str) and value:
             return value
-    for key in ("name", "tool"):
-        value = data.get(key)
-        if isinstance(value, str) and value:
-            args = data.get("arguments", data.get("input", data.get("args")))
-            return f"{value}({_short(args)})" if args is not None else value
     return ""
 
 
@@ -72,7 +80,7 @@ def _short(value) -> str:
 
 def entry_view(row: HistoryEntry) -> dict:
     data = row.data if isinstance(row.data, dict) else {}
-    text = _text_of(data)
+    text = _text_of(row.kind, data)
     if len(text) > ENTRY_TEXT_LIMIT:
         text = text[: ENTRY_TEXT_LIMIT - 1] + "…"
     out = {"id": row.entry_id, "kind": row.kind, "text": text, "at": _iso(row.created_at)}
@@ -82,8 +90,8 @@ def entry_view(row: HistoryEntry) -> dict:
         out["sender"] = (source or {}).get("sender")
     if row.prompt_id:
         out["prompt_id"] = row.prompt_id
-    if row.kind == EntryKind.TOOL_CALL or row.kind == EntryKind.TOOL_RESULT:
-        out["tool"] = data.get("name") or data.get("tool")
+    if row.kind == EntryKind.PROMPT and isinstance(data.get("author"), str):
+        out["author"] = data["author"]
     return out
 
 

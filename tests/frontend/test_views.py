@@ -207,3 +207,27 @@ def test_markdown_is_rendered_and_raw_html_stays_text(payload, absent):
     assert markdown_html("see [docs](https://example.com) **now**") == (
         '<p>see <a href="https://example.com" rel="noopener noreferrer nofollow">docs</a> <strong>now</strong></p>\n'
     )
+
+
+def test_timeline_summarises_tool_calls_results_errors_and_why_a_turn_ended():
+    team, lead, impl = _team()
+    _entries(
+        impl,
+        ("turn_start", {"turn_id": "t", "step": 0, "cause": "prompt"}),
+        ("prompt", {"turn_id": "t", "step": 0, "prompt_id": "p-1", "author": "op", "text": "go"}),
+        ("tool_call", {"turn_id": "t", "step": 0, "tool": "team_task_get", "arguments": {"task_id": "task-1"}}),
+        ("tool_result", {"turn_id": "t", "step": 0, "tool": "team_task_get", "result": {"task": {"id": "task-1"}}}),
+        ("tool_result", {"turn_id": "t", "step": 0, "tool": "team_task_get", "error": {"code": "TASK_NOT_FOUND"}}),
+        ("turn_end", {"turn_id": "t", "step": 0, "reason": "done"}),
+    )
+    [turn], _ = selectors.timeline_build(list(HistoryEntry.objects.filter(member=impl).order_by("id")), status="idle")
+    texts = [(e["kind"], e["text"]) for e in turn["steps"][0]["entries"]]
+    assert texts == [
+        ("turn_start", "prompt"),
+        ("prompt", "go"),
+        ("tool_call", 'team_task_get({"task_id": "task-1"})'),
+        ("tool_result", 'team_task_get → {"task": {"id": "task-1"}}'),
+        ("tool_result", 'team_task_get ✗ {"code": "TASK_NOT_FOUND"}'),
+        ("turn_end", "done"),
+    ]
+    assert turn["steps"][0]["entries"][1]["author"] == "op"

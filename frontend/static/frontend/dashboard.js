@@ -224,7 +224,7 @@ function messageItem(team, m, canAct) {
 
 function entryItem(e) {
   const label = {
-    user_message: e.message_id ? `steered from ${e.sender || "a teammate"}` : "user", prompt: "human prompt",
+    user_message: e.message_id ? `steered from ${e.sender || "a teammate"}` : "user", prompt: e.author ? `prompt from ${e.author}` : "human prompt",
     assistant_text: "assistant", tool_call: "tool call", tool_result: "tool result",
     turn_start: "turn started", turn_end: "turn ended",
   }[e.kind] || e.kind;
