@@ -428,7 +428,11 @@ class AgentSession:
                 step=step,
                 tools=[*TEAM_TOOLS, *LOCAL_TOOLS],
             )
-            reply = await self._interruptible(self.model.step(context))
+            try:
+                reply = await self._interruptible(self.model.step(context))
+            except Exception as exc:  # a failing model ends its turn, not the session
+                log.exception("the model failed at step %s of turn %s", step, turn_id)
+                return await self._end_turn(turn_id, step, "error", error=f"{exc.__class__.__name__}: {exc}"[:2000])
             if reply is None:
                 return await self._end_turn(turn_id, step, "interrupted")
             if reply.text:
@@ -531,8 +535,11 @@ class AgentSession:
             self._last_seq = max(self._last_seq, int(message["seq"]))
             await self._report(entry)
 
-    async def _end_turn(self, turn_id: str, step: int, reason: str) -> None:
-        await self._report({"kind": "turn_end", "turn_id": turn_id, "step": step, "reason": reason})
+    async def _end_turn(self, turn_id: str, step: int, reason: str, error: str | None = None) -> None:
+        entry = {"kind": "turn_end", "turn_id": turn_id, "step": step, "reason": reason}
+        if error:
+            entry["error"] = error
+        await self._report(entry)
         self._in_turn = False
         self._interrupt.clear()
         await self._set_status("idle")
