@@ -19,7 +19,8 @@ undelivered message it returns is recorded in the member's history (a
 and marked delivered.
 
 The session manager runs stateless (no MCP session survives a request), so
-any daphne process behind a load balancer can answer any request. Daphne runs
+any daphne process behind a load balancer can answer any request; responses
+are SSE streams, so a long ``wait_agent`` is kept alive by pings. Daphne runs
 no ASGI lifespan, so the manager's task group is started lazily, once per
 event loop, by the first request.
 """
@@ -213,7 +214,8 @@ class McpApp:
         loop = asyncio.get_running_loop()
         if self._loop is not loop or self._runner is None or self._runner.done():
             self._loop = loop
-            self._manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+            # SSE responses: a long call (wait_agent waits up to an hour) gets keepalive pings.
+            self._manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=False)
             self._ready = asyncio.Event()
             self._runner = loop.create_task(self._run(self._manager, self._ready))
         await self._ready.wait()

@@ -187,3 +187,24 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
         f"{daphne_server.url}/api/v1/teams/mcp/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert {m["state"] for m in listing["messages"]} == {"delivered"}
+
+
+async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env, daphne_server):
+    team = live_env.team_create("mcp")
+    lead = team["lead"]["token"]
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    async with websockets.connect(
+        daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
+    ) as ws:
+        await ws.send(json.dumps({"type": "hello", "status": "running"}))
+        await recv_type(ws, "welcome")
+        async with mcp_client(daphne_server, lead) as client:
+            waiting = asyncio.create_task(client.call_tool("wait_agent", {"timeout_ms": 60_000}))
+            await asyncio.sleep(1.0)
+            assert not waiting.done()
+            reply = await asyncio.to_thread(rest, daphne_server, impl, "send_message", target="lead", message="done")
+            assert reply.status_code == 200
+            woke = await asyncio.wait_for(waiting, 30)
+    assert not woke.is_error
+    assert woke.structured_content == {"timed_out": False, "no_progress": None}
