@@ -37,6 +37,7 @@ def test_profile_survives_a_server_restart(live_env, daphne_server, member, tool
         team.start_session("lead", "keyless")
         team.prompt("lead", "Run the team workflow.")
         team.wait_for(lambda: _spawned(team, member) and has_result(team, member, tool), f"{member} {tool}")
+        assert not team.workflow_ok()
         daphne_server.kill()
         time.sleep(1.0)
         again = DaphneProcess(live_env, port=daphne_server.port).start()
@@ -57,3 +58,41 @@ def test_profile_survives_a_server_restart(live_env, daphne_server, member, tool
 
 def _spawned(team: Team, member: str) -> bool:
     return any(m["name"] == member for m in team.summary()["members"])
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    # The 3rd message is the researcher's "[task-1 claimed]": daphne dies after committing it and
+    # before answering, so the researcher's retry must not send it twice. The 20th entry is stored
+    # but never acknowledged, so its session must resend it after the restart, and it folds.
+    ["after_queued_commit:3", "after_entry:20"],
+)
+def test_profile_survives_a_server_crash_between_commit_and_answer(live_env, crash_at):
+    first = DaphneProcess(live_env, STEERBOARD_CRASH_AT=crash_at).start()
+    team = Team(live_env, first, "crash")
+    again = None
+    try:
+        team.start_host("keyless")
+        team.start_session("lead", "keyless")
+        team.prompt("lead", "Run the team workflow.")
+        team.wait_for(lambda: first.proc.poll() is not None, f"daphne to crash at {crash_at}")
+        assert first.proc.returncode == 137, first.log()[-2000:]
+        again = DaphneProcess(live_env, port=first.port).start()
+        team.server = again
+        team.wait_for(team.workflow_ok, "TEAM_WORKFLOW_OK after the crash", timeout=120)
+        team.wait_for(team.settled, "every member idle with every message delivered", timeout=60)
+        histories = {m: team.history(m) for m in ("lead", "implementer", "researcher")}
+        assert_nothing_lost_or_duplicated(team, histories)
+        assert_researcher_steered_into_implementer_turn(histories["implementer"])
+        assert_tasks_completed_before_final_text(histories["lead"])
+        if crash_at.startswith("after_queued_commit"):
+            replayed = [
+                e for e in histories["researcher"]
+                if e["kind"] == "tool_result" and e["tool"] == "send_message" and e["result"]["idempotent_replay"]
+            ]
+            assert len(replayed) == 1, "the retried send must have been answered from its idempotency key"
+    finally:
+        team.stop_all()
+        first.stop()
+        if again is not None:
+            again.stop()
