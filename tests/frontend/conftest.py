@@ -20,8 +20,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser():
+    """Per test: sync Playwright keeps its own event loop current while it runs, so it must be
+    gone again before any asyncio test (pytest-asyncio) of the suite runs after this one."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

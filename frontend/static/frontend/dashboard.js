@@ -403,8 +403,11 @@ function teamPage() {
   const refresh = coalesced(async () => {
     try {
       renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
+      delete body.dataset.syncError;
     } catch (error) {
       body.dataset.syncError = error.message;
+      // The doorbell rang but the read failed: read again while the socket is up.
+      if (body.dataset.connection === "live") setTimeout(refresh, 2000);
     }
   });
   liveSocket(`/ws/dashboard/${encodeURIComponent(team)}/`, refresh);
