@@ -107,6 +107,7 @@ class AgentSession:
         self._ack_waiters: dict[str, asyncio.Future] = {}
         self._inflight: deque[str] = deque()
         self._replay_left = 0
+        self._baseline_pending = False
         self._ws = None
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -221,10 +222,10 @@ class AgentSession:
             self.team = frame.get("team", self.team)
             self.client.member = self.member
             self._replay_left = int(frame.get("replay") or 0)
+            # Nothing undelivered: the next steer's seq is where this member's inbox stands now.
+            self._baseline_pending = self._replay_left == 0
             self.stats["connects"] += 1
             self.connected.set()
-            if self._replay_left == 0:
-                self._replay_done()
             for entry in list(self._unacked.values()):  # resend what was never acknowledged
                 self._inflight.append(entry["id"])
                 await self._ws.send(json.dumps({"type": "entry", "entry": entry}))
@@ -267,6 +268,9 @@ class AgentSession:
     def _on_steer(self, message: dict) -> None:
         self.stats["steers"] += 1
         message_id = message["id"]
+        if self._baseline_pending:
+            self._baseline_pending = False
+            self._last_seq = max(self._last_seq, int(message["seq"]) - 1)
         if message_id in self._integrated:
             self.stats["folded_steers"] += 1
             entry = self._integrated[message_id]
