@@ -107,6 +107,19 @@ class ServerClient:
                     return {"member": member}
         return None
 
+    async def policy(self) -> str | None:
+        """The team policy a model's instructions should carry (GET /api/v1/tools/policy), if served."""
+        try:
+            response = await self._http.get("/api/v1/tools/policy", timeout=10)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json().get("policy")
+        except ValueError:
+            return None
+
     async def history(self) -> list[dict]:
         """This member's whole durable history, oldest first."""
         entries: list[dict] = []

@@ -38,7 +38,8 @@ class StepContext:
 
     ``entries`` is the whole conversation, oldest first, in the history-entry
     format of docs/agents.md (the current turn included). ``turn_id`` and
-    ``step`` say where the session is; ``tools`` lists the tool names it may call.
+    ``step`` say where the session is; ``tools`` lists the tool names it may call;
+    ``instructions`` is the team policy the server serves, when it serves one.
     """
 
     member: str
@@ -46,6 +47,7 @@ class StepContext:
     turn_id: str
     step: int
     tools: list[str]
+    instructions: str | None = None  # the team policy (GET /api/v1/tools/policy), for a model's system prompt
 
     # --- helpers models tend to want ----------------------------------------------------
     def turn_entries(self) -> list[dict]:

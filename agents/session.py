@@ -112,7 +112,7 @@ class AgentSession:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._report_lock = asyncio.Lock()
-        self.fatal: BaseException | None = None
+        self.instructions: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -362,6 +362,8 @@ class AgentSession:
         await self.connected.wait()
         if self.model is None:
             self.model = self.model_factory(self.member or "")
+        if self.instructions is None:
+            self.instructions = await self.client.policy()
         while not self._stopping.is_set():
             if not self._has_work():
                 self._work.clear()
@@ -431,6 +433,7 @@ class AgentSession:
                 turn_id=turn_id,
                 step=step,
                 tools=[*TEAM_TOOLS, *LOCAL_TOOLS],
+                instructions=self.instructions,
             )
             try:
                 reply = await self._interruptible(self.model.step(context))

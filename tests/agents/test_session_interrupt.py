@@ -73,6 +73,7 @@ async def test_a_failing_model_ends_its_turn_and_the_session_goes_on(live_env, d
         assert [e["reason"] for e in ends] == ["error", "done"]
         assert "the model is down" in ends[0]["error"]
         assert [e["text"] for e in history if e["kind"] == "assistant_text"] == ["back"]
+        assert session.instructions, "the session hands the team policy to its model"
     finally:
         await session.stop()
         await asyncio.gather(task, return_exceptions=True)
