@@ -235,6 +235,14 @@ class McpApp:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await _respond(send, 404, {"error": {"code": "NOT_FOUND", "message": "MCP is served over HTTP."}})
+        if scope.get("method") != "POST":
+            # Stateless: no standalone SSE stream (GET) and no session to end (DELETE).
+            return await _respond(
+                send,
+                405,
+                {"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST MCP messages to /mcp."}},
+                [(b"allow", b"POST")],
+            )
         if not _host_allowed(scope):
             return await _respond(
                 send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "That Host is not allowed."}}

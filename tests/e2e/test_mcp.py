@@ -208,3 +208,33 @@ async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env
             woke = await asyncio.wait_for(waiting, 30)
     assert not woke.is_error
     assert woke.structured_content == {"timed_out": False, "no_progress": None}
+
+
+async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env, daphne_server):
+    team = live_env.team_create("mcp")
+    headers = {
+        "Authorization": f"Bearer {team['lead']['token']}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    url = daphne_server.url + "/mcp"
+    for method in ["GET", "DELETE", "PUT"]:
+        response = httpx.request(method, url, headers=headers, timeout=10)
+        assert response.status_code == 405
+        assert response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert httpx.post(url, headers=headers, content=b"garbage").status_code == 400
+    assert httpx.post(url, headers=headers, content=b"[]").status_code == 400
+    wrong_host = httpx.post(url, headers={**headers, "Host": "evil.example"}, json={})
+    assert wrong_host.status_code == 400
+    calls = [
+        {"method": "tools/call", "params": {"name": "send_message", "arguments": [1]}},
+        {"method": "resources/read", "params": {"uri": "steerboard://inbox?limit=abc"}},
+        {"method": "resources/read", "params": {"uri": "steerboard://nope"}},
+        {"method": "no/such/method", "params": {}},
+    ]
+    for call in calls:
+        response = httpx.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, **call}, timeout=10)
+        assert response.status_code < 500, (call, response.text)
+        assert '"error"' in response.text, (call, response.text)
+    assert "Traceback" not in daphne_server.log()
