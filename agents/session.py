@@ -108,6 +108,7 @@ class AgentSession:
         self._inflight: deque[str] = deque()
         self._replay_left = 0
         self._baseline_pending = False
+        self._replayed = asyncio.Event()  # the first welcome's replay has arrived
         self._ws = None
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -226,6 +227,8 @@ class AgentSession:
             self._baseline_pending = self._replay_left == 0
             self.stats["connects"] += 1
             self.connected.set()
+            if self._replay_left == 0:
+                self._replayed.set()
             for entry in list(self._unacked.values()):  # resend what was never acknowledged
                 self._inflight.append(entry["id"])
                 await self._ws.send(json.dumps({"type": "entry", "entry": entry}))
@@ -285,6 +288,7 @@ class AgentSession:
 
     def _replay_done(self) -> None:
         """After a replay the server has sent every undelivered message: an earlier gap is no gap."""
+        self._replayed.set()
         if self._inbox:
             lowest = min(int(m["seq"]) for m in self._inbox.values())
             self._last_seq = max(self._last_seq, lowest - 1)
@@ -360,6 +364,7 @@ class AgentSession:
 
     async def _turn_loop(self) -> None:
         await self.connected.wait()
+        await self._replayed.wait()  # a resumed turn's next boundary must see what waited for it
         if self.model is None:
             self.model = self.model_factory(self.member or "")
         if self.instructions is None:
