@@ -1,0 +1,38 @@
+"""The host against a real daphne process: provisioning, and one session per member."""
+import asyncio
+
+import pytest
+
+from agents import EchoModel, Host
+from tests.agents.support import Team
+from tests.agents.test_session_folding import until
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_the_host_provisions_a_spawned_teammate_and_a_repeated_start_changes_nothing(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "hosting")
+    host = Host(daphne_server.url, team.host_token, EchoModel, max_backoff=0.3)
+    running = asyncio.create_task(host.run())
+    try:
+        await asyncio.wait_for(host.connected.wait(), 30)
+        spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+        assert spawned.status_code == 200
+        await until(lambda: "worker" in host.sessions and host.sessions["worker"][0].connected.is_set(), "the session")
+        assert host.starts == [{"member": "worker", "reason": "provision"}]
+        session, task = host.sessions["worker"]
+
+        token = await asyncio.to_thread(team.token, "worker")
+        answer = host.start({"type": "start", "member": "worker", "token": token, "reason": "resume"})
+        assert answer == {"type": "started", "member": "worker"}
+        assert host.sessions["worker"] == (session, task), "still the one session"
+
+        await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="hi")
+        await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set(), "a turn")
+        assert [e["text"] for e in session.entries if e["kind"] == "assistant_text"] == ["echo 1: hi"]
+        summary = await asyncio.to_thread(team.summary)
+        assert {m["name"]: m["status"] for m in summary["members"]} == {"lead": "inactive", "worker": "idle"}
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert task.done(), "stopping the host stops its sessions"
