@@ -53,3 +53,48 @@ def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
         )
     assert result.returncode != 0
     assert f"port {port} is in use" in result.stderr
+
+
+def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
+    import signal
+    import time
+
+    import httpx
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env["STEERBOARD_VAR_DIR"] = str(tmp_path / "var")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(free_port())],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 180
+        while not any("TEAM_WORKFLOW_OK" in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            lines.append(proc.stdout.readline())
+        out = "".join(lines)
+        url = re.search(r"dashboard\s+(http://\S+)", out).group(1)
+        user, password = re.search(r"login\s+(\S+) / (\S+)", out).groups()
+        with httpx.Client(base_url=url.split("/teams/")[0], timeout=30) as browser:
+            browser.get("/login/")
+            login = browser.post(
+                "/login/",
+                data={"username": user, "password": password, "csrfmiddlewaretoken": browser.cookies.get("csrftoken")},
+                headers={"Referer": url},
+            )
+            assert login.status_code in (200, 302)
+            page = browser.get(url)
+            assert page.status_code == 200
+        time.sleep(1)
+        assert proc.poll() is None, "the demo keeps running after the workflow"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        with pytest.raises(httpx.ConnectError):  # daphne went with it
+            httpx.get(url, timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    log_dir = tmp_path / "var" / "demo-logs"
+    assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log", "lead.log"}
