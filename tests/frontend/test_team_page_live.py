@@ -86,6 +86,8 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
         second_el = impl_lane.locator(f'[data-message-id="{second["message_id"]}"]')
         impl.recv("steer", where=lambda f: f["message"]["id"] == second["message_id"])
         expect(second_el).to_have_attribute("data-state", "accepted")
+        # Mid-turn, with messages in several states: the picture docs/dashboard.md shows.
+        shutil.copy(screenshot(page, "team-page"), ROOT / "docs" / "dashboard.png")
         impl.entry(
             "user_message",
             turn_id="turn-1",
@@ -113,4 +115,3 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
     assert page.evaluate("window.__sameDocument") is True  # all of it without a reload
     assert page.page_errors == []
     screenshot(page, "live-3-delivered")
-    shutil.copy(screenshot(page, "team-page"), ROOT / "docs" / "dashboard.png")

@@ -290,14 +290,14 @@ function lane(team, member, canAct, openState) {
 function taskBoard(tasks, more) {
   if (!tasks.length) return h("p", { class: "muted small" }, "No tasks on the board.");
   return h("div", {},
-    h("table", { class: "tasks" },
-      h("thead", {}, h("tr", {}, ["task", "subject", "status", "owner", "blocked by", "ready"].map((c) => h("th", {}, c)))),
-      h("tbody", {}, tasks.map((t) =>
-        h("tr", { "data-task-id": t.id, "data-task-status": t.status, "data-ready": t.ready ? "true" : "false" },
-          h("td", {}, t.id), h("td", { title: t.description }, t.subject),
-          h("td", {}, h("span", { class: `pill task-${t.status}` }, t.status.replace("_", " "))),
-          h("td", {}, t.owner || "—"), h("td", {}, t.blocked_by.join(", ") || "—"),
-          h("td", {}, t.ready ? "ready" : "—"))))),
+    h("ul", { class: "tasks" }, tasks.map((t) =>
+      h("li", { class: `task task-${t.status}`, "data-task-id": t.id, "data-task-status": t.status, "data-ready": t.ready ? "true" : "false" },
+        h("div", { class: "task-head" }, h("b", { class: "task-id" }, t.id), " ", h("span", { class: "task-subject", title: t.description }, t.subject)),
+        h("div", { class: "task-meta small" },
+          h("span", { class: `pill task-${t.status}` }, t.status.replace("_", " ")),
+          t.ready ? h("span", { class: "pill ready" }, "ready") : null,
+          h("span", {}, t.owner ? `owner ${t.owner}` : "unowned"),
+          t.blocked_by.length ? h("span", { class: "blocked" }, `blocked by ${t.blocked_by.join(", ")}`) : null)))),
     more ? h("p", { class: "muted small" }, "More tasks on the board than shown; see the API.") : null);
 }
 
