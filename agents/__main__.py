@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--model", default="keyless", choices=["keyless", "echo"])
         p.add_argument("--max-backoff", type=float, default=2.0, help="longest pause between reconnects (s)")
         p.add_argument("-v", "--verbose", action="store_true")
+        if name == "host":
+            p.add_argument("--state", help="a file where the host keeps the members it runs, to run them again after a restart")
         if name == "run":
             p.add_argument("--no-resume", action="store_true", help="do not rebuild the context from the history")
     return parser
@@ -37,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _main(args) -> int:
     factory = model_factory(args.model)
     if args.command == "host":
-        runner = Host(args.server, args.token, factory, max_backoff=args.max_backoff)
+        runner = Host(args.server, args.token, factory, max_backoff=args.max_backoff, state_path=args.state)
     else:
         runner = AgentSession(
             args.server, args.token, model_factory=factory, resume=not args.no_resume, max_backoff=args.max_backoff

@@ -73,8 +73,11 @@ class ServerClient:
             backoff = min(backoff * 2, self.max_backoff)
 
     # --- tools ---------------------------------------------------------------------------
-    async def tool(self, name: str, arguments: dict, *, call_id: str | None = None) -> dict:
-        """Call one Team tool; return its result or raise ToolError."""
+    async def tool(self, name: str, arguments: dict, *, call_id: str | None = None, repeat: bool = False) -> dict:
+        """Call one Team tool; return its result or raise ToolError.
+
+        ``repeat``: this call may already have been made (a resumed session runs again a call its
+        history shows without a result), so a refusal is checked against the state like a lost answer."""
         body = dict(arguments)
         if name in KEYED_TOOLS and call_id and "idempotency_key" not in body:
             body["idempotency_key"] = call_id[:128]
@@ -85,7 +88,7 @@ class ServerClient:
         if response.status_code == 200:
             return response.json()
         error = _error_of(response)
-        if ambiguous:
+        if ambiguous or repeat:
             recovered = await self._recover(name, arguments, error)
             if recovered is not None:
                 return recovered

@@ -8,6 +8,11 @@ whose session this host is already running is answered ``started`` and
 nothing else happens, so repeated starts never make two sessions. Every
 session begins with a cold-resume: it reads its durable history first, so a
 member whose earlier session died continues where that history stops.
+
+With a state file (``--state PATH``) the host writes down each member it runs
+with its token; a host started again with the same file runs those sessions
+again at once, so a member whose session died in the middle of a turn picks
+that turn up even when no message comes to wake it.
 """
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import websockets
 from websockets.exceptions import InvalidStatus, WebSocketException
@@ -36,17 +43,28 @@ def _ws_url(server: str) -> str:
 
 
 class Host:
-    def __init__(self, server: str, token: str, model_factory: Callable[[str], Model], *, max_backoff: float = 2.0):
+    def __init__(
+        self,
+        server: str,
+        token: str,
+        model_factory: Callable[[str], Model],
+        *,
+        max_backoff: float = 2.0,
+        state_path: str | Path | None = None,
+    ):
         self.server = server.rstrip("/")
         self.token = token
         self.model_factory = model_factory
         self.max_backoff = max_backoff
+        self.state_path = Path(state_path) if state_path else None
         self.sessions: dict[str, tuple[AgentSession, asyncio.Task]] = {}
         self.starts: list[dict] = []  # every start frame received, for operators and tests
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
         backoff = 0.1
+        for member, token in self._state_read().items():
+            self.start({"type": "start", "member": member, "token": token, "reason": "restore"})
         try:
             while True:
                 try:
@@ -93,6 +111,7 @@ class Host:
             return {"type": "start_failed", "member": member, "error": str(exc)[:4000]}
         task = asyncio.get_running_loop().create_task(self._supervise(member, session), name=f"session-{member}")
         self.sessions[member] = (session, task)
+        self._state_write(member, token)
         log.info("start %s (%s): session started", member, frame.get("reason"))
         return {"type": "started", "member": member}
 
@@ -105,6 +124,32 @@ class Host:
             raise
         except Exception:
             log.exception("session %s failed", member)
+
+    # --- the state file --------------------------------------------------------------------
+    def _state_read(self) -> dict[str, str]:
+        if self.state_path is None or not self.state_path.exists():
+            return {}
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            log.warning("cannot read the host state %s; starting without it", self.state_path)
+            return {}
+        if data.get("server") != self.server:
+            return {}
+        return {m: t for m, t in data.get("members", {}).items() if isinstance(t, str)}
+
+    def _state_write(self, member: str, token: str) -> None:
+        if self.state_path is None:
+            return
+        members = self._state_read()
+        members[member] = token
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.state_path.with_suffix(".tmp")
+        # The file holds member tokens: only its owner may read it.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"server": self.server, "members": members}, f)
+        os.replace(temporary, self.state_path)
 
     async def stop_sessions(self) -> None:
         for session, task in list(self.sessions.values()):

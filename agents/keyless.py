@@ -62,6 +62,16 @@ def _heard(context: StepContext, sender: str, marker: str) -> dict | None:
     return None
 
 
+def _refused_update(calls: list[dict], task_id: str) -> bool:
+    """The latest call about this task was a refused update: read the task before trying again."""
+    about = [c for c in calls if c["arguments"].get("task_id") == task_id]
+    return bool(about) and about[-1]["tool"] == "team_task_update" and "error" in about[-1]
+
+
+def _stuck(calls: list[dict], task_id: str) -> bool:
+    return sum(1 for c in calls if c["arguments"].get("task_id") == task_id and "error" in c) >= 3
+
+
 def _last_task(calls: list[dict], task_id: str) -> dict | None:
     """The latest state of a task seen in a tool result."""
     for call in reversed(calls):
@@ -203,7 +213,9 @@ class KeylessModel:
         if _heard(context, "researcher", TASK1_DONE) is None:
             return ModelReply(tool_calls=[await_researcher])
         task = _last_task(calls, mine)
-        if task["status"] == "pending" and not task["ready"]:
+        if _stuck(calls, mine):
+            return ModelReply(text=f"I cannot move {mine} forward; the Lead should look at the board.")
+        if _refused_update(calls, mine) or (task["status"] == "pending" and not task["ready"]):
             return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
         if task["status"] == "pending":
             return ModelReply(
@@ -243,6 +255,10 @@ class KeylessModel:
             )
         mine = created[0]["result"]["task"]["id"]
         task = _last_task(calls, mine)
+        if _stuck(calls, mine):
+            return ModelReply(text=f"I cannot move {mine} forward; the Lead should look at the board.")
+        if _refused_update(calls, mine):
+            return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
         if task["status"] == "pending":
             return ModelReply(
                 tool_calls=[ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "claim"})]

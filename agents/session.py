@@ -418,7 +418,7 @@ class AgentSession:
         results = {e["call_id"] for e in turn if e.get("kind") == "tool_result"}
         in_step = [e for e in turn if int(e.get("step") or 0) == step]
         for call in [e for e in in_step if e.get("kind") == "tool_call" and e["call_id"] not in results]:
-            if not await self._run_tool(turn_id, step, call):
+            if not await self._run_tool(turn_id, step, call, repeat=True):
                 return await self._end_turn(turn_id, step, "interrupted")
         kinds = {e.get("kind") for e in in_step}
         if "tool_call" in kinds:
@@ -468,9 +468,10 @@ class AgentSession:
             step += 1  # the step boundary: steered messages enter here
             await self._integrate(turn_id, step)
 
-    async def _run_tool(self, turn_id: str, step: int, call: dict) -> bool:
+    async def _run_tool(self, turn_id: str, step: int, call: dict, repeat: bool = False) -> bool:
         """Run one reported tool call and report its result. False when interrupted."""
-        outcome = await self._interruptible(self._execute(call["tool"], call.get("arguments") or {}, call["call_id"]))
+        arguments = call.get("arguments") or {}
+        outcome = await self._interruptible(self._execute(call["tool"], arguments, call["call_id"], repeat=repeat))
         result = {"kind": "tool_result", "turn_id": turn_id, "step": step, "call_id": call["call_id"], "tool": call["tool"]}
         if outcome is None:
             result["error"] = {"code": "INTERRUPTED", "message": "The turn was interrupted."}
@@ -480,13 +481,13 @@ class AgentSession:
         await self._report(result)
         return True
 
-    async def _execute(self, name: str, arguments: dict, call_id: str) -> dict:
+    async def _execute(self, name: str, arguments: dict, call_id: str, repeat: bool = False) -> dict:
         try:
             if name == "await_message":
                 return {"result": await self._await_message(**arguments)}
             if name not in TEAM_TOOLS:
                 raise ToolError("NOT_FOUND", f"No tool named {name!r}.")
-            return {"result": await self.client.tool(name, arguments, call_id=call_id)}
+            return {"result": await self.client.tool(name, arguments, call_id=call_id, repeat=repeat)}
         except ToolError as exc:
             return {"error": exc.as_dict()}
         except TypeError as exc:

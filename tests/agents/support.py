@@ -18,10 +18,11 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 class AgentProcess:
     """``python -m agents host|run`` as a child process with its own log file."""
 
-    def __init__(self, environment, command: str, server_url: str, token: str, model: str = "keyless", name: str = ""):
+    def __init__(self, environment, command: str, server_url: str, token: str, model: str = "keyless", name: str = "",
+                 extra: tuple[str, ...] = ()):
         self.environment = environment
         self.args = [sys.executable, "-m", "agents", command, "--server", server_url, "--token", token,
-                     "--model", model, "--max-backoff", "0.5", "-v"]
+                     "--model", model, "--max-backoff", "0.5", "-v", *extra]
         self.log_path = environment.tmp_path / f"agents-{name or command}-{time.monotonic_ns()}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -64,8 +65,10 @@ class Team:
         self.processes: list[AgentProcess] = []
 
     # --- processes ------------------------------------------------------------------
-    def start_host(self, model: str = "keyless") -> AgentProcess:
-        proc = AgentProcess(self.environment, "host", self.server.url, self.host_token, model, name=f"host-{self.name}").start()
+    def start_host(self, model: str = "keyless", state=None) -> AgentProcess:
+        extra = ("--state", str(state)) if state else ()
+        proc = AgentProcess(self.environment, "host", self.server.url, self.host_token, model, name=f"host-{self.name}",
+                            extra=extra).start()
         self.processes.append(proc)
         return proc
 

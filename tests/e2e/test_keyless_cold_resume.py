@@ -79,3 +79,35 @@ def test_a_session_that_died_in_a_turn_continues_that_turn(team):
     assert len({e["turn_id"] for e in history}) == 1, "one turn, continued"
     assert [e["step"] for e in history if e["kind"] == "user_message"] == [0, 1]
     assert texts(history) == ["echo 2: here it is"]
+
+
+@pytest.mark.parametrize("task_id", ["task-1", "task-2"])
+def test_a_new_host_with_the_state_file_resumes_the_keyless_team_mid_run(team, tmp_path, task_id):
+    """The host dies mid-run (sessions and all); a new host with its state file runs the
+    teammates again, each continues its history, and the Lead still gets TEAM_WORKFLOW_OK."""
+    from tests.e2e.test_keyless_profile import (
+        assert_nothing_lost_or_duplicated,
+        assert_researcher_steered_into_implementer_turn,
+        assert_tasks_completed_before_final_text,
+    )
+
+    state = tmp_path / "host-state.json"
+    host = team.start_host("keyless", state=state)
+    team.start_session("lead", "keyless")
+    team.prompt("lead", "Run the team workflow.")
+    team.wait_for(lambda: any(t["id"] == task_id for t in team.summary()["tasks"]), f"{task_id} on the board")
+    host.kill()
+    assert not team.workflow_ok()
+    team.wait_for(
+        lambda: {m["name"]: m["status"] for m in team.summary()["members"]}.keys() >= {"researcher", "implementer"}
+        and all(m["status"] == "inactive" for m in team.summary()["members"] if m["name"] != "lead"),
+        "the teammates to go inactive",
+    )
+    team.start_host("keyless", state=state)
+    team.wait_for(team.workflow_ok, "TEAM_WORKFLOW_OK after the host came back", timeout=120)
+    team.wait_for(team.settled, "every member idle with every message delivered", timeout=60)
+    histories = {m: team.history(m) for m in ("lead", "implementer", "researcher")}
+    assert_nothing_lost_or_duplicated(team, histories)
+    assert_researcher_steered_into_implementer_turn(histories["implementer"])
+    assert_tasks_completed_before_final_text(histories["lead"])
+    assert state.stat().st_mode & 0o077 == 0, "the state file holds tokens: owner only"
