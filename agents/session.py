@@ -119,7 +119,14 @@ class AgentSession:
     async def run(self) -> None:
         """Run until stop() (or until the server refuses the token)."""
         if self.resume:
-            self._restore(await self.client.history())
+            try:
+                history = await self.client.history()
+            except ToolError as exc:
+                await self.client.aclose()
+                if exc.status in (401, 403):
+                    raise SessionRefused(f"the server refused this session's token ({exc.code})")
+                raise
+            self._restore(history)
         self._tasks = [
             asyncio.create_task(self._connection_loop(), name="session-connection"),
             asyncio.create_task(self._turn_loop(), name="session-turns"),
