@@ -2,12 +2,12 @@
 import base64
 from datetime import datetime
 
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from mailbox.models import HumanPrompt, MessageState, TeamMessage
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
-from teams.models import Team
+from teams.models import Member, Team
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -33,17 +33,31 @@ def message_out(message: TeamMessage) -> dict:
 
 
 def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
-    """Per target: how many messages are queued, accepted, delivered."""
+    """Per target: how many messages are queued, accepted, delivered.
+
+    The pending states are counted (a bounded few per target). Delivered is
+    derived: ``seq`` is dense per target (handed out one by one in the enqueue
+    transaction; messages are never deleted), so a target's highest seq is how
+    many messages it was ever sent, read from the (target, seq) index. The cost
+    stays the same with a million stored messages as with a thousand."""
+    top = TeamMessage.objects.filter(target=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+    totals = list(Member.objects.filter(team=team).annotate(top=Subquery(top)).values_list("pk", "top"))
+    # By target (the (target, state, seq) index), not by team: only the pending few are read.
     rows = (
-        TeamMessage.objects.filter(team=team)
-        .values("target_id")
-        .annotate(
-            queued=Count("pk", filter=Q(state=MessageState.QUEUED)),
-            accepted=Count("pk", filter=Q(state=MessageState.ACCEPTED)),
-            delivered=Count("pk", filter=Q(state=MessageState.DELIVERED)),
+        TeamMessage.objects.filter(
+            target_id__in=[pk for pk, _ in totals], state__in=[MessageState.QUEUED, MessageState.ACCEPTED]
         )
+        .values("target_id", "state")
+        .annotate(n=Count("pk"))
     )
-    return {r["target_id"]: {k: r[k] for k in ("queued", "accepted", "delivered")} for r in rows}
+    pending: dict[int, dict[str, int]] = {}
+    for r in rows:
+        pending.setdefault(r["target_id"], {"queued": 0, "accepted": 0})[r["state"]] = r["n"]
+    counts = {}
+    for member_id, total in totals:
+        p = pending.get(member_id, {"queued": 0, "accepted": 0})
+        counts[member_id] = {**p, "delivered": max(0, (total or 0) - p["queued"] - p["accepted"])}
+    return counts
 
 
 def team_summary(*, team: Team) -> dict:
