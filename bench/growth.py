@@ -1,0 +1,174 @@
+"""Cost growth: send latency and dashboard first load with 1 000, 100 000 and
+1 000 000 stored messages (bulk-inserted straight into the database, spread
+over the team's members, delivered, with their queued and delivered Lead-log
+records).
+
+    python bench/growth.py --backend embedded
+    python bench/growth.py --backend scale-out
+    python bench/growth.py --sizes 1000 100000     # stop earlier
+
+First load = GET /teams/<team>/ (the dashboard page, logged in as an
+operator) and, beside it, GET /api/v1/teams/<team> and the first page of
+/api/v1/teams/<team>/messages. Each figure is the p50 of --repeats requests;
+the ratio is against the first size.
+"""
+import argparse
+import asyncio
+import re
+import time
+
+import httpx
+
+from common import Bench, Fleet, Load, ms, pct
+
+BULK_MEMBERS = 10
+
+
+def bulk_insert(bench: Bench, team: dict, start: int, stop: int) -> None:
+    """Add stop - start delivered messages, spread evenly over the team's members as
+    targets, each target's seq continuing densely from its next_seq (as the server
+    hands them out), with their queued and delivered Lead-log records."""
+    env = bench.env
+    team_id = team["team_id"]
+    members = env.query(f"SELECT id, next_seq FROM teams_member WHERE team_id = {team_id} ORDER BY id")
+    k = len(members)
+    total = stop - start
+    pg = env.postgres
+    statements = []
+    for index, (target_id, next_seq) in enumerate(members):
+        n = total // k + (1 if index < total % k else 0)
+        if n == 0:
+            continue
+        sender_id = members[(index + 1) % k][0]
+        first, last = next_seq, next_seq + n - 1
+        if pg:
+            series = f"generate_series({first}, {last}) AS g"
+            stamp = "now() - interval '30 days' + g * interval '1 millisecond'"
+            prefix = ""
+        else:
+            series = "s"
+            stamp = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-30 days', '+' || (g / 1000.0) || ' seconds')"
+            prefix = f"WITH RECURSIVE s(g) AS (SELECT {first} UNION ALL SELECT g + 1 FROM s WHERE g < {last}) "
+        mid = f"'team-message-bulk-{target_id}-' || g"
+        statements.append(
+            f"{prefix}INSERT INTO mailbox_teammessage (id, team_id, sender_id, target_id, content, seq, thread_id, "
+            f"reply_to, state, attempts, last_error, created_at, queued_at, accepted_at, delivered_at) "
+            f"SELECT {mid}, {team_id}, {sender_id}, {target_id}, 'a stored message number ' || g, g, '', '', "
+            f"'delivered', 1, '', {stamp}, {stamp}, {stamp}, {stamp} FROM {series}"
+        )
+        for kind in ("team/message/queued", "team/message/delivered"):
+            statements.append(
+                f"{prefix}INSERT INTO mailbox_leadlogrecord (team_id, kind, message_id, data, created_at) "
+                f"SELECT {team_id}, '{kind}', {mid}, '{{}}', {stamp} FROM {series}"
+            )
+        statements.append(f"UPDATE teams_member SET next_seq = {last + 1} WHERE id = {target_id}")
+    if pg:
+        import psycopg
+
+        with psycopg.connect(env.env["DATABASE_URL"]) as conn:
+            for sql in statements:
+                conn.execute(sql)
+            conn.commit()
+            conn.autocommit = True
+            conn.execute("ANALYZE")
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(env.env["DATABASE_URL"].removeprefix("sqlite:///"), timeout=60, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        for sql in statements:
+            conn.execute(sql)
+        conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+        conn.close()
+
+
+async def login(client: httpx.AsyncClient, operator: dict) -> None:
+    page = await client.get("/login/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    await client.post(
+        "/login/",
+        data={"username": operator["username"], "password": operator["password"],
+              "csrfmiddlewaretoken": token.group(1) if token else ""},
+        headers={"Referer": str(client.base_url) + "/login/"},
+    )
+
+
+async def timed_get(client: httpx.AsyncClient, path: str, repeats: int, **kw) -> tuple[float, int]:
+    times, status = [], 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        response = await client.get(path, **kw)
+        times.append(time.perf_counter() - t)
+        status = response.status_code
+    return pct(times, 50), status
+
+
+async def measure(bench: Bench, fleet: Fleet, team: dict, repeats: int) -> dict:
+    out = {}
+    load = Load()
+    names = fleet.names
+    for i in range(repeats * 2):
+        target = names[i % len(names)]
+        sender = names[(i + 1) % len(names)]
+        await fleet.send(load, team["members"][sender], target, f"growth probe {i}")
+    await fleet.drain(load, 60)
+    accepted, delivered, missing = fleet.latencies(load)
+    out["send→accepted p50"] = pct(accepted, 50)
+    out["send→delivered p50"] = pct(delivered, 50)
+    url = bench.servers[0].url
+    auth = {"Authorization": f"Token {team['operator']['token']}"}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as api:
+        out["GET /api/v1/teams/<team> p50"], _ = await timed_get(api, f"/api/v1/teams/{team['team']}", repeats, headers=auth)
+        out["GET .../messages first page p50"], _ = await timed_get(
+            api, f"/api/v1/teams/{team['team']}/messages", repeats, headers=auth
+        )
+    async with httpx.AsyncClient(base_url=url, timeout=120, follow_redirects=True) as browser:
+        await login(browser, team["operator"])
+        value, status = await timed_get(browser, f"/teams/{team['team']}/", repeats)
+        out[f"GET /teams/<team>/ page p50 (HTTP {status})"] = value
+    return out
+
+
+async def run(args) -> None:
+    bench = Bench(args.backend, processes=1, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+    try:
+        team = bench.provision("growth", BULK_MEMBERS, operator="grower")
+        fleet = Fleet(bench, team)
+        await fleet.connect()
+        print(f"== cost growth on {args.backend} (one process); p50 of {args.repeats} requests each")
+        results = []
+        stored = 0
+        for size in args.sizes:
+            t = time.monotonic()
+            await asyncio.to_thread(bulk_insert, bench, team, stored, size)
+            for name, next_seq in bench.env.query(
+                f"SELECT name, next_seq FROM teams_member WHERE team_id = {team['team_id']}"
+            ):
+                if name in fleet.agents:  # the sessions have integrated everything before the bulk
+                    fleet.agents[name].last_seq = next_seq - 1
+            stored = size
+            print(f"  {size:>9} stored messages (bulk insert {time.monotonic() - t:.1f} s)")
+            results.append((size, await measure(bench, fleet, team, args.repeats)))
+        base = results[0][1]
+        header = "".join(f"{size:>16}" for size, _ in results)
+        print(f"  {'figure':<44}{header}   ratio last/first")
+        for key in base:
+            cells = "".join(f"{ms(r.get(key, float('nan'))):>16}" for _, r in results)
+            print(f"  {key:<44}{cells}   {results[-1][1][key] / base[key]:6.2f}x")
+        await fleet.close()
+    finally:
+        bench.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=["embedded", "scale-out"], default="embedded")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100000, 1000000])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
