@@ -94,6 +94,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests use a file, not shared-cache memory: the busy timeout then holds
     # for concurrent threads as it does in production. One file per process.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ.get("STEERBOARD_TEST_DB"):
+    # A test database of its own: two test runs on one PostgreSQL do not share test_steerboard.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["STEERBOARD_TEST_DB"]}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer ----------------------------------------------------------
