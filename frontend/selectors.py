@@ -28,7 +28,6 @@ TEAM_LIST_WINDOW = 100
 ENTRY_TEXT_LIMIT = 300
 
 
-
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
@@ -230,11 +229,18 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
     teams = list(Team.objects.order_by("name")[:limit])
     ids = [t.pk for t in teams]
     members: dict[int, list[dict]] = {i: [] for i in ids}
+    sent = dict.fromkeys(ids, 0)
     for member in Member.objects.filter(team_id__in=ids).order_by("id"):
         members[member.team_id].append({"name": member.name, "role": member.role, "status": member.status})
+        # Seqs are dense per target and messages are never deleted: next_seq - 1 is
+        # how many were ever sent to it, without reading them.
+        sent[member.team_id] += member.next_seq - 1
     states = {i: {"queued": 0, "accepted": 0, "delivered": 0} for i in ids}
-    for row in TeamMessage.objects.filter(team_id__in=ids).values("team_id", "state").annotate(n=Count("pk")):
+    pending = TeamMessage.objects.filter(team_id__in=ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
+    for row in pending.values("team_id", "state").annotate(n=Count("pk")):
         states[row["team_id"]][row["state"]] = row["n"]
+    for team_id, counts in states.items():
+        counts["delivered"] = max(0, sent[team_id] - counts["queued"] - counts["accepted"])
     open_tasks = dict(
         Task.objects.filter(team_id__in=ids)
         .filter(Q(status=TaskStatus.PENDING) | Q(status=TaskStatus.IN_PROGRESS))

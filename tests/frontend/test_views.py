@@ -11,6 +11,7 @@ from frontend import selectors
 from frontend.markdown import markdown_html
 from mailbox.models import HistoryEntry, MessageState, TeamMessage
 from teams import services as team_services
+from teams.models import Member
 
 pytestmark = pytest.mark.django_db
 
@@ -37,6 +38,7 @@ def _messages(team, sender, target, n, *, state=MessageState.DELIVERED, start=1)
         )
         for i in range(start, start + n)
     )
+    Member.objects.filter(pk=target.pk).update(next_seq=start + n)  # as message_enqueue keeps it
 
 
 def _user(username, operator):
@@ -231,3 +233,17 @@ def test_timeline_summarises_tool_calls_results_errors_and_why_a_turn_ended():
         ("turn_end", "done"),
     ]
     assert turn["steps"][0]["entries"][1]["author"] == "op"
+
+
+def test_team_list_reads_only_pending_messages_however_many_were_delivered():
+    def measure(n):
+        team, lead, impl = _team(f"list-{n}")
+        _messages(team, lead, impl, n)
+        with CaptureQueriesContext(connection) as queries:
+            overview = selectors.teams_overview()
+        return next(t for t in overview if t["team"] == f"list-{n}"), len(queries)
+
+    small, small_queries = measure(3)
+    large, large_queries = measure(1500)
+    assert large_queries == small_queries
+    assert large["messages"] == {"queued": 0, "accepted": 0, "delivered": 1500}
