@@ -1,9 +1,11 @@
 """The dashboard websocket: who gets in, and what it forwards."""
 import pytest
+import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
+from django.db import connections
 from django.test import Client
 
 from frontend.routing import websocket_urlpatterns
@@ -13,6 +15,14 @@ from teams import services as team_services
 pytestmark = pytest.mark.django_db(transaction=True)
 
 application = URLRouter(websocket_urlpatterns)
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _close_worker_connections():
+    yield
+    # The consumer's database calls run on a worker thread with a connection of its
+    # own; close it so the test database can be dropped at the end of the run.
+    await database_sync_to_async(connections.close_all)()
 
 
 def _setup():
