@@ -100,6 +100,7 @@ class AgentSession:
         self._open_turn: dict | None = None  # a turn found unfinished in the history
         self._in_turn = False
         self._turn_id: str | None = None
+        self._mark_resumed = False
         self._interrupt = asyncio.Event()
         self._work = asyncio.Event()
         self._inbox_changed = asyncio.Event()
@@ -336,6 +337,9 @@ class AgentSession:
     async def _report(self, entry: dict) -> dict:
         """Add an entry to the conversation and wait until the server holds it."""
         entry.setdefault("id", uuid.uuid4().hex)
+        if self._mark_resumed and entry.get("turn_id") == self._turn_id:
+            entry["resumed"] = True  # the first entry a cold-resumed session adds to the turn it continues
+            self._mark_resumed = False
         self.entries.append(entry)
         await self._send_entry(entry)
         return entry
@@ -418,6 +422,7 @@ class AgentSession:
         self._open_turn = None
         turn_id = open_turn["turn_id"]
         self._in_turn, self._turn_id = True, turn_id
+        self._mark_resumed = True
         self._interrupt.clear()
         await self._set_status("running")
         turn = [e for e in self.entries if e.get("turn_id") == turn_id]

@@ -77,6 +77,7 @@ def test_a_session_that_died_in_a_turn_continues_that_turn(team):
         "turn_end",
     ]
     assert len({e["turn_id"] for e in history}) == 1, "one turn, continued"
+    assert [e.get("resumed", False) for e in history] == [False, False, False, True, False, False, False]
     assert [e["step"] for e in history if e["kind"] == "user_message"] == [0, 1]
     assert texts(history) == ["echo 2: here it is"]
 
