@@ -528,6 +528,9 @@ class AgentSession:
         stop = asyncio.ensure_future(self._interrupt.wait())
         try:
             await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work.cancel()  # the session is stopping: leave no model call or request behind
+            raise
         finally:
             stop.cancel()
         if work.done():
