@@ -106,7 +106,10 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [REDIS_URL],
+                # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s
+                # channels_redis blocks in BZPOPMIN: an idle consumer's read then
+                # sometimes times out first and the websocket dies. Read longer.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
                 "capacity": 5000,
                 "expiry": 60,
