@@ -40,7 +40,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from mailbox import events, faults
+from mailbox import events, faults, selectors
 from mailbox.models import HistoryEntry, HostPresence, LeadLogRecord, LogKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
@@ -161,6 +161,26 @@ def _start_is_fresh(member: Member) -> bool:
     return member.start_requested_at is not None and timezone.now() - member.start_requested_at < timedelta(
         seconds=settings.STEERBOARD["REDELIVER_AFTER"]
     )
+
+
+def member_start(*, member_id: int) -> bool:
+    """Ask a host to start a member that has no session, for work that waits for one
+    (a human prompt). Answers whether a start was sent."""
+    with transaction.atomic():
+        member = Member.objects.select_for_update().filter(pk=member_id).first()
+        if member is None:
+            return False
+        status = member.status
+        if status not in (Status.INACTIVE, Status.FAILED, Status.PROVISIONING) or _start_is_fresh(member):
+            return False
+        if not host_connected(member.team_id):
+            return False
+        try:
+            _start_request(member=member, reason="provision" if status == Status.PROVISIONING else "resume")
+        except Exception:
+            log.warning("could not ask a host to start %s", member, exc_info=True)
+            return False
+    return True
 
 
 def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool = False) -> Admission | None:
@@ -407,7 +427,8 @@ def recovery_sweep() -> dict:
         result = target_admit(target_id=target_id, redeliver=target_id in stale_targets, skip_locked=True)
         admitted += len(result.admitted) if result else 0
     provisioned = members_start_pending()
-    return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned}
+    resumed = sum(member_start(member_id=m) for m in selectors.members_awaiting_prompt())
+    return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed}
 
 
 def members_start_pending(*, team_id: int | None = None) -> int:

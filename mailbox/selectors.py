@@ -4,10 +4,10 @@ from datetime import datetime
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
-from mailbox.models import HumanPrompt, MessageState, TeamMessage
+from mailbox.models import HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Team
+from teams.models import Member, SessionState, Team
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -139,3 +139,11 @@ def inbox_page(*, member, after_seq: int = 0, limit: int = 50) -> tuple[list[Tea
     )
     page = rows[:limit]
     return page, (page[-1].seq if len(rows) > limit else None)
+
+
+def members_awaiting_prompt(*, team_id: int | None = None) -> list[int]:
+    """Members with no session that have a human prompt waiting: they need a host to resume them."""
+    qs = HumanPrompt.objects.filter(state=PromptState.QUEUED, target__session_state=SessionState.INACTIVE)
+    if team_id is not None:
+        qs = qs.filter(team_id=team_id)
+    return sorted(set(qs.values_list("target_id", flat=True)[:1000]))

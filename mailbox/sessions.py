@@ -7,7 +7,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import delivery, events, presence
+from mailbox import delivery, events, presence, selectors
 from mailbox.models import HistoryEntry, HumanPrompt, LeadLogRecord, LogKind, PromptState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
@@ -115,6 +115,8 @@ def host_connected(*, team_id: int, channel: str) -> None:
     unresumed = set(unresumed)
     for target_id in sorted(set(waiting) | unresumed):
         delivery.target_admit(target_id=target_id, redeliver=target_id in unresumed)
+    for member_id in selectors.members_awaiting_prompt(team_id=team_id):
+        delivery.member_start(member_id=member_id)
 
 
 def host_disconnected(*, channel: str) -> None:
@@ -147,9 +149,12 @@ def prompt_submit(*, team_id: int, target_name: str, author, content: str) -> Hu
     with transaction.atomic():
         prompt = HumanPrompt.objects.create(team_id=team_id, target=target, author=author, content=content)
         events.dashboard_notify(team_id, "prompt", member=target.name, prompt_id=prompt.id)
-    prompts_dispatch(member_id=target.pk)
+    if prompts_dispatch(member_id=target.pk) is None:
+        # A member with no session is resumed for its prompt, as it would be for a message.
+        delivery.member_start(member_id=target.pk)
     prompt.refresh_from_db()
     return prompt
+
 
 
 def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPrompt | None:

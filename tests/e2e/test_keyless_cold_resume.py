@@ -94,7 +94,6 @@ def test_a_new_host_with_the_state_file_resumes_the_keyless_team_mid_run(team, t
 
     state = tmp_path / "host-state.json"
     host = team.start_host("keyless", state=state)
-    team.start_session("lead", "keyless")
     team.prompt("lead", "Run the team workflow.")
     team.wait_for(lambda: any(t["id"] == task_id for t in team.summary()["tasks"]), f"{task_id} on the board")
     host.kill()

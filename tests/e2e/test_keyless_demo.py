@@ -97,4 +97,4 @@ def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
             proc.kill()
             proc.wait(10)
     log_dir = tmp_path / "var" / "demo-logs"
-    assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log", "lead.log"}
+    assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log"}

@@ -16,7 +16,6 @@ def team(live_env, daphne_server):
 
 def run_profile(team: Team) -> None:
     team.start_host("keyless")
-    team.start_session("lead", "keyless")
     team.prompt("lead", "Run the team workflow.")
     team.wait_for(team.workflow_ok, "the Lead's TEAM_WORKFLOW_OK")
     team.wait_for(team.settled, "every member idle with every message delivered")

@@ -26,7 +26,6 @@ def test_profile_survives_a_server_restart(live_env, daphne_server, task_id):
     again = None
     try:
         team.start_host("keyless")
-        team.start_session("lead", "keyless")
         team.prompt("lead", "Run the team workflow.")
         team.wait_for(lambda: task_exists(team, task_id), f"{task_id} on the board", timeout=120)
         assert not team.workflow_ok()
@@ -61,7 +60,6 @@ def test_profile_survives_a_server_crash_between_commit_and_answer(live_env, cra
     again = None
     try:
         team.start_host("keyless")
-        team.start_session("lead", "keyless")
         team.prompt("lead", "Run the team workflow.")
         team.wait_for(lambda: first.proc.poll() is not None, f"daphne to crash at {crash_at}")
         assert first.proc.returncode == 137, first.log()[-2000:]

@@ -104,3 +104,30 @@ async def test_a_viewer_can_read_but_not_prompt_or_retry(api):
     refused = await api.http.post(f"/api/v1/teams/alpha/messages/{sent['message_id']}/retry", headers=viewer)
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
     assert await database_sync_to_async(HumanPrompt.objects.count)() == 0
+
+
+async def test_a_prompt_to_a_member_without_a_session_resumes_it_through_the_host(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    token = await person("ops", operator=True)
+    response = await api.http.post(
+        "/api/v1/teams/alpha/prompts",
+        json={"target": "lead", "content": "begin"},
+        headers={"Authorization": f"Token {token}"},
+    )
+    assert response.status_code == 201
+    # No host yet: the prompt waits. A host connecting is asked to start the Lead for it.
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    starts = {}
+    for _ in range(2):
+        start = await host.expect("start")
+        starts[start["member"]] = start
+    assert starts["lead"]["reason"] == "resume"
+    assert starts["implementer"]["reason"] == "provision"
+
+    lead = Agent(starts["lead"]["token"])
+    await lead.connect("idle")
+    assert (await lead.expect("prompt"))["prompt"]["content"] == "begin"
+    await lead.close()
+    await host.close()

@@ -1,10 +1,11 @@
 """``manage.py demo``: the whole thing on one machine, the main job.
 
 Migrates, starts daphne on the embedded default, starts the team host with the
-keyless model and the Lead's session, creates a fresh demo team (a new name
-each run, so it can be started again on the same database), asks the Lead by
-a human prompt to run the team workflow, and prints the dashboard URL and a
-login. Runs until Ctrl-C; with ``--exit-when-done`` exits 0 once the Lead's
+keyless model, creates a fresh demo team (a new name each run, so it can be
+started again on the same database), asks the Lead by a human prompt to run
+the team workflow (the server asks the host to resume the Lead for it, and the
+Lead spawns its teammates through the same host), and prints the dashboard URL
+and a login. Runs until Ctrl-C; with ``--exit-when-done`` exits 0 once the Lead's
 ``TEAM_WORKFLOW_OK`` is in its history (non-zero, with the reason, on a
 failure or after ``--timeout`` seconds).
 
@@ -87,7 +88,8 @@ class Command(BaseCommand):
         self._wait_ready(server, timeout=60)
         agents = [sys.executable, "-m", "agents"]
         self._spawn("host", [*agents, "host", "--server", server, "--token", host_token, "--model", "keyless"], logs)
-        self._spawn("lead", [*agents, "run", "--server", server, "--token", lead_token, "--model", "keyless"], logs)
+        # No session of the Lead's own: the kickoff prompt makes the server ask the
+        # host to resume the Lead, as it would for any member without a session.
 
         response = httpx.post(
             f"{server}/api/v1/teams/{team}/prompts",
