@@ -83,7 +83,7 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
     if target_name == sender.name:
         raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
     with transaction.atomic():
-        target = Member.objects.select_for_update().filter(team_id=sender.team_id, name=target_name).first()
+        target = Member.objects.select_for_update(no_key=True).filter(team_id=sender.team_id, name=target_name).first()
         if target is None:
             raise TeamError(
                 ErrorCode.TEAM_UNKNOWN_TARGET,
@@ -167,7 +167,7 @@ def member_start(*, member_id: int) -> bool:
     """Ask a host to start a member that has no session, for work that waits for one
     (a human prompt). Answers whether a start was sent."""
     with transaction.atomic():
-        member = Member.objects.select_for_update().filter(pk=member_id).first()
+        member = Member.objects.select_for_update(no_key=True).filter(pk=member_id).first()
         if member is None:
             return False
         status = member.status
@@ -190,7 +190,11 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
     ``skip_locked`` returns None at once when another worker holds the target.
     """
     with transaction.atomic():
-        rows = Member.objects.select_for_update(skip_locked=skip_locked).filter(pk=target_id)
+        # NO KEY UPDATE of the member row only (not the joined team): it serialises admission per
+        # target without blocking the foreign-key checks of inserts that reference the member or
+        # the team (those take KEY SHARE); plain FOR UPDATE deadlocked two members messaging
+        # each other on PostgreSQL, and locked the whole team.
+        rows = Member.objects.select_for_update(skip_locked=skip_locked, no_key=True, of=("self",)).filter(pk=target_id)
         target = rows.select_related("team").first()
         if target is None:
             return None
@@ -371,7 +375,9 @@ def message_mark_delivered(*, message_id: str) -> bool:
     """Write `delivered` once; the history must already hold the message."""
     faults.inject("delivered_record")
     with transaction.atomic():
-        message = TeamMessage.objects.select_for_update().select_related("target").get(pk=message_id)
+        message = (
+            TeamMessage.objects.select_for_update(no_key=True, of=("self",)).select_related("target").get(pk=message_id)
+        )
         if message.state == MessageState.DELIVERED:
             return False
         if not HistoryEntry.objects.filter(member_id=message.target_id, message_id=message_id).exists():
@@ -440,7 +446,7 @@ def members_start_pending(*, team_id: int | None = None) -> int:
         qs = qs.filter(team_id=team_id)
     for member in qs[:100]:
         with transaction.atomic():
-            locked = Member.objects.select_for_update(skip_locked=True).filter(pk=member.pk).first()
+            locked = Member.objects.select_for_update(skip_locked=True, no_key=True).filter(pk=member.pk).first()
             if locked is None or _start_is_fresh(locked):
                 continue
             try:

@@ -160,7 +160,7 @@ def prompt_submit(*, team_id: int, target_name: str, author, content: str) -> Hu
 def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPrompt | None:
     """Push the oldest queued prompt if the target is idle and no prompt turn is under way."""
     with transaction.atomic():
-        member = Member.objects.select_for_update().get(pk=member_id)
+        member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
         if member.status != Status.IDLE:
             return None
         mine = HumanPrompt.objects.filter(target=member)

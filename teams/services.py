@@ -68,7 +68,7 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
     if not re.fullmatch(MEMBER_NAME_RE, name):
         raise TeamError(ErrorCode.VALIDATION_ERROR, "A member name is lower-kebab-case, e.g. 'researcher-2'.")
     with transaction.atomic():
-        team = Team.objects.select_for_update().get(pk=lead.team_id)
+        team = Team.objects.select_for_update(no_key=True).get(pk=lead.team_id)
         if Member.objects.filter(team=team, name=name).exists():
             raise TeamError(
                 ErrorCode.TEAM_NAME_TAKEN,
@@ -93,7 +93,7 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
 def member_session_set(*, member_id: int, state: str, channel: str) -> tuple[Member, str]:
     """Record what a connected session says it is doing; return (member, previous status)."""
     with transaction.atomic():
-        member = Member.objects.select_for_update().get(pk=member_id)
+        member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
         previous = member.status
         member.session_state = state
         member.session_channel = channel
@@ -110,7 +110,7 @@ def member_session_set(*, member_id: int, state: str, channel: str) -> tuple[Mem
 def member_session_end(*, member_id: int, channel: str) -> Member | None:
     """A session's socket closed: the member is inactive unless a newer session took over."""
     with transaction.atomic():
-        member = Member.objects.select_for_update().get(pk=member_id)
+        member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
         if member.session_channel != channel:
             return None
         member.session_state = SessionState.INACTIVE
@@ -123,7 +123,7 @@ def member_session_end(*, member_id: int, channel: str) -> Member | None:
 def member_fail(*, member_id: int) -> Member:
     """The host could not start the member's session."""
     with transaction.atomic():
-        member = Member.objects.select_for_update().get(pk=member_id)
+        member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
         if member.phase != Phase.RETIRED and member.session_state == SessionState.INACTIVE:
             member.phase = Phase.FAILED
             member.status_changed_at = timezone.now()
@@ -150,7 +150,7 @@ def task_create(
     *, member: Member, subject: str, description: str, blocked_by: list[str], write_scopes: list[str]
 ) -> Task:
     with transaction.atomic():
-        team = Team.objects.select_for_update().get(pk=member.team_id)
+        team = Team.objects.select_for_update(no_key=True).get(pk=member.team_id)
         live = Task.objects.filter(team=team).exclude(status=TaskStatus.DELETED).count()
         if live >= _limit("MAX_TASKS_PER_TEAM"):
             raise TeamError(
