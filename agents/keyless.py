@@ -45,6 +45,18 @@ IMPLEMENTER_PROMPT = (
 )
 
 
+def _call(tool: str, arguments: dict, *also: ToolCall) -> ModelReply:
+    return ModelReply(tool_calls=[ToolCall(tool, arguments), *also])
+
+
+def _update(task_id: str, task: dict, action: str) -> ModelReply:
+    return _call("team_task_update", {"task_id": task_id, "expected_revision": task["revision"], "action": action})
+
+
+def _send(target: str, message: str, *also: ToolCall) -> ModelReply:
+    return _call("send_message", {"target": target, "message": message}, *also)
+
+
 def _said(calls: list[dict], tool: str, **match) -> list[dict]:
     return [
         c for c in calls if c["tool"] == tool and all(c["arguments"].get(k) == v for k, v in match.items())
@@ -121,17 +133,10 @@ class KeylessModel:
                 ]
             )
         if not _said(calls, "send_message", target="implementer"):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {
-                            "target": "implementer",
-                            "message": "Please deliver the feature as task-2, built on the researcher's task-1. "
-                            "Coordinate with the researcher, and report to me when task-2 is completed.",
-                        },
-                    )
-                ]
+            return _send(
+                "implementer",
+                "Please deliver the feature as task-2, built on the researcher's task-1. "
+                "Coordinate with the researcher, and report to me when task-2 is completed.",
             )
         report = _heard(context, "implementer", TASK2_DONE)
         if report is None:
@@ -164,18 +169,11 @@ class KeylessModel:
         calls = context.calls()
         await_researcher = ToolCall("await_message", {"sender": "researcher"})
         if not _sent(calls, "researcher", READY):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {
-                            "target": "researcher",
-                            "message": f"{READY} I am building the feature on top of your research. Please create "
-                            "the research task, claim it and tell me its id.",
-                        },
-                    ),
-                    await_researcher,
-                ]
+            return _send(
+                "researcher",
+                f"{READY} I am building the feature on top of your research. Please create "
+                "the research task, claim it and tell me its id.",
+                await_researcher,
             )
         claimed = _heard(context, "researcher", TASK1_CLAIMED)
         if claimed is None:
@@ -197,18 +195,10 @@ class KeylessModel:
             )
         mine = created[0]["result"]["task"]["id"]
         if not _sent(calls, "researcher", TASK2_BLOCKED):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {
-                            "target": "researcher",
-                            "message": f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. "
-                            f"Tell me when {research} is completed.",
-                        },
-                    ),
-                    await_researcher,
-                ]
+            return _send(
+                "researcher",
+                f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
+                await_researcher,
             )
         if _heard(context, "researcher", TASK1_DONE) is None:
             return ModelReply(tool_calls=[await_researcher])
@@ -218,24 +208,11 @@ class KeylessModel:
         if _refused_update(calls, mine) or (task["status"] == "pending" and not task["ready"]):
             return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
         if task["status"] == "pending":
-            return ModelReply(
-                tool_calls=[ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "claim"})]
-            )
+            return _update(mine, task, "claim")
         if task["status"] == "in_progress":
-            return ModelReply(
-                tool_calls=[
-                    ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "complete"})
-                ]
-            )
+            return _update(mine, task, "complete")
         if not _sent(calls, "lead", TASK2_DONE):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {"target": "lead", "message": f"{TASK2_DONE} {mine} is completed, built on {research}."},
-                    )
-                ]
-            )
+            return _send("lead", f"{TASK2_DONE} {mine} is completed, built on {research}.")
         if _last_text_is_final(context):
             return _ack(context)
         return ModelReply(text=f"{mine} is completed and the Lead has my report.")
@@ -260,40 +237,20 @@ class KeylessModel:
         if _refused_update(calls, mine):
             return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
         if task["status"] == "pending":
-            return ModelReply(
-                tool_calls=[ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "claim"})]
-            )
+            return _update(mine, task, "claim")
         await_implementer = ToolCall("await_message", {"sender": "implementer"})
         if not _sent(calls, "implementer", TASK1_CLAIMED):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {
-                            "target": "implementer",
-                            "message": f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
-                        },
-                    ),
-                    await_implementer,
-                ]
+            return _send(
+                "implementer",
+                f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
+                await_implementer,
             )
         if _heard(context, "implementer", TASK2_BLOCKED) is None:
             return ModelReply(tool_calls=[await_implementer])
         if task["status"] == "in_progress":
-            return ModelReply(
-                tool_calls=[
-                    ToolCall("team_task_update", {"task_id": mine, "expected_revision": task["revision"], "action": "complete"})
-                ]
-            )
+            return _update(mine, task, "complete")
         if not _sent(calls, "implementer", TASK1_DONE):
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "send_message",
-                        {"target": "implementer", "message": f"{TASK1_DONE} {mine} is completed: build on it."},
-                    )
-                ]
-            )
+            return _send("implementer", f"{TASK1_DONE} {mine} is completed: build on it.")
         if _last_text_is_final(context):
             return _ack(context)
         return ModelReply(text=f"{mine} is completed; the implementer knows.")
