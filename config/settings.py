@@ -97,11 +97,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ.get("STEERBOARD_TEST_DB"):
     # A test database of its own: two test runs on one PostgreSQL do not share test_steerboard.
     DATABASES["default"]["TEST"] = {"NAME": os.environ["STEERBOARD_TEST_DB"]}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", True):
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", False):
     # Django runs each request's (and each consumer call's) database work on a
     # fresh thread and closes its connection afterwards: without a pool every
-    # send_message and every history entry paid a new PostgreSQL connection
-    # (7 ms here). The pool keeps them open between uses.
+    # send_message and every history entry pays a new PostgreSQL connection
+    # (7 ms here). The pool keeps them open, but under saturation the request
+    # threads waiting on a target's row lock hold every pooled connection and
+    # the websocket consumers' one thread starves (docs/performance.md): off
+    # by default until delivery has connections of its own.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
         "max_size": _env_int("STEERBOARD_DB_POOL_SIZE", 16),
