@@ -4,7 +4,7 @@ from datetime import datetime
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
-from mailbox.models import HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.models import HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState, Team
@@ -147,3 +147,20 @@ def members_awaiting_prompt(*, team_id: int | None = None) -> list[int]:
     if team_id is not None:
         qs = qs.filter(team_id=team_id)
     return sorted(set(qs.values_list("target_id", flat=True)[:1000]))
+
+
+def members_mid_turn(*, team_id: int) -> list[int]:
+    """Members with no session whose history stops inside a turn (their session died in it).
+
+    A host that connects resumes them, so the turn goes on without waiting for a message."""
+    last_turn_mark = Subquery(
+        HistoryEntry.objects.filter(member_id=OuterRef("pk"), kind__in=["turn_start", "turn_end"])
+        .order_by("-id")
+        .values("kind")[:1]
+    )
+    return list(
+        Member.objects.filter(team_id=team_id, session_state=SessionState.INACTIVE, phase="active")
+        .annotate(last_mark=last_turn_mark)
+        .filter(last_mark="turn_start")
+        .values_list("pk", flat=True)
+    )

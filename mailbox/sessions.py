@@ -115,7 +115,9 @@ def host_connected(*, team_id: int, channel: str) -> None:
     unresumed = set(unresumed)
     for target_id in sorted(set(waiting) | unresumed):
         delivery.target_admit(target_id=target_id, redeliver=target_id in unresumed)
-    for member_id in selectors.members_awaiting_prompt(team_id=team_id):
+    for member_id in sorted(
+        set(selectors.members_awaiting_prompt(team_id=team_id)) | set(selectors.members_mid_turn(team_id=team_id))
+    ):
         delivery.member_start(member_id=member_id)
 
 

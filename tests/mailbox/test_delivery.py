@@ -157,3 +157,25 @@ async def test_a_repeated_entry_folds_into_one_history_entry_and_one_delivered_r
     )()
     assert counts == (1, 1)
     await agent.close()
+
+
+async def test_a_host_that_connects_resumes_a_member_whose_session_died_mid_turn(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    researcher = await spawn(api, team["lead"], "alpha", "researcher")
+    for token, name in ((impl, "implementer"), (researcher, "researcher")):
+        agent = Agent(token)
+        await agent.connect("running")
+        await agent.send({"type": "entry", "entry": {"id": f"{name}-t1", "kind": "turn_start", "turn_id": "t1"}})
+        await agent.expect("ack")
+        if name == "researcher":  # this one finished its turn before going away
+            await agent.send({"type": "entry", "entry": {"id": f"{name}-t1-end", "kind": "turn_end", "turn_id": "t1"}})
+            await agent.expect("ack")
+        await agent.close()
+
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    start = await host.expect("start")
+    assert (start["member"], start["reason"]) == ("implementer", "resume")
+    assert await host.nothing("start")
+    await host.close()
