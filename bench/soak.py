@@ -5,6 +5,7 @@ duplicates and per-target order, and the run prints throughput and latency.
     python bench/soak.py                                   # embedded default, 50 sessions, 20 000 messages
     python bench/soak.py --backend scale-out --processes 2 # PostgreSQL + Redis, two daphne processes
     python bench/soak.py --sessions 10 --messages 500      # a quick one
+    python bench/soak.py --messages 3000 --rate 10         # at an offered rate the server keeps up with
 
 Bounded: stops sending after --messages or --max-seconds, whichever first,
 and waits at most --drain-seconds for the last deliveries.
@@ -45,14 +46,19 @@ async def run(args) -> int:
             for i in counter:
                 if time.monotonic() > deadline:
                     return
+                if args.rate:
+                    # Open loop: message i leaves at start + i / rate, whoever sends it.
+                    delay = start + i / args.rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
                 target = names[local.randrange(len(names))]
                 sender_name = names[(names.index(target) + 1 + local.randrange(len(names) - 1)) % len(names)]
                 await fleet.send(load, tokens[sender_name], target, f"soak {i} {sender_name}->{target}", server=w)
 
         print(f"== soak on {args.backend}: {args.processes} process(es), {args.sessions} sessions, "
               f"{args.messages} messages, {args.concurrency} concurrent senders, a random drop every ~{args.drop_every}s")
-        chaos_task = asyncio.create_task(chaos())
         start = time.monotonic()
+        chaos_task = asyncio.create_task(chaos())
         await asyncio.gather(*(sender(w) for w in range(args.concurrency)))
         sent_done = time.monotonic()
         stop.set()
@@ -85,6 +91,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rate", type=float, default=0.0, help="offered msg/s (0: as fast as the senders go)")
     parser.add_argument("--drop-every", type=float, default=0.5, help="mean seconds between forced disconnects")
     parser.add_argument("--max-seconds", type=float, default=1800)
     parser.add_argument("--drain-seconds", type=float, default=300)
