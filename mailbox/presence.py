@@ -34,7 +34,7 @@ from datetime import timedelta
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from mailbox import delivery, events
@@ -61,12 +61,18 @@ def process_beat() -> bool:
     """Refresh this process's row; answers True when it had to be (re)created."""
     global _registered
     now = timezone.now()
-    if ServerProcess.objects.filter(pk=PROCESS_ID).update(last_seen=now):
-        _registered = True
-        return False
-    ServerProcess.objects.update_or_create(
-        pk=PROCESS_ID, defaults={"hostname": socket.gethostname()[:255], "pid": os.getpid(), "last_seen": now}
-    )
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # A beat never waits on a lock: when another transaction holds our row
+            # (a test's open transaction did), fail now and beat again next time.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+        if ServerProcess.objects.filter(pk=PROCESS_ID).update(last_seen=now):
+            _registered = True
+            return False
+        ServerProcess.objects.update_or_create(
+            pk=PROCESS_ID, defaults={"hostname": socket.gethostname()[:255], "pid": os.getpid(), "last_seen": now}
+        )
     if _registered:
         # Reaped while alive (stalled past PROCESS_TIMEOUT): record our websockets again.
         log.warning("process %s was taken for dead; recording its websockets again", PROCESS_ID)
