@@ -17,12 +17,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 application = URLRouter(websocket_urlpatterns)
 
 
-@pytest_asyncio.fixture(autouse=True)
-async def _close_worker_connections():
+@pytest.fixture(autouse=True)
+def _close_worker_connections():
     yield
     # The consumer's database calls run on a worker thread with a connection of its
-    # own; close it so the test database can be dropped at the end of the run.
-    await database_sync_to_async(connections.close_all)()
+    # own; close it (on that thread) so the test database can be dropped at the end.
+    from asgiref.sync import SyncToAsync
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 def _setup():
@@ -71,6 +73,7 @@ async def test_socket_without_a_session_is_refused():
     socket = _socket("/ws/dashboard/alpha/")
     connected, code = await socket.connect()
     assert not connected and code == 4401
+    await socket.disconnect()  # end the refused consumer's channel-layer read
 
 
 async def test_socket_from_another_origin_or_without_origin_is_refused():
@@ -86,3 +89,4 @@ async def test_socket_for_an_unknown_team_is_refused():
     socket = _socket("/ws/dashboard/nope/", session=session)
     connected, code = await socket.connect()
     assert not connected and code == 4404
+    await socket.disconnect()  # end the refused consumer's channel-layer read
