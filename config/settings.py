@@ -98,13 +98,10 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ
     # A test database of its own: two test runs on one PostgreSQL do not share test_steerboard.
     DATABASES["default"]["TEST"] = {"NAME": os.environ["STEERBOARD_TEST_DB"]}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", False):
-    # Django runs each request's (and each consumer call's) database work on a
-    # fresh thread and closes its connection afterwards: without a pool every
-    # send_message and every history entry pays a new PostgreSQL connection
-    # (7 ms here). The pool keeps them open, but under saturation the request
-    # threads waiting on a target's row lock hold every pooled connection and
-    # the websocket consumers' one thread starves (docs/performance.md): off
-    # by default until delivery has connections of its own.
+    # Optional, and off by default: the agents' API and the websockets do their
+    # database work on a few long-lived threads that keep their connections
+    # (mailbox/db.py). A pool only saves the connect of the other requests
+    # (dashboard pages, the operators' API), which close theirs after each request.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
         "max_size": _env_int("STEERBOARD_DB_POOL_SIZE", 16),
@@ -196,4 +193,7 @@ STEERBOARD = {
     "WAIT_POLL_INTERVAL": _env_float("STEERBOARD_WAIT_POLL_INTERVAL", 0.2),
     # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.
     "IDEMPOTENCY_WINDOW": _env_float("STEERBOARD_IDEMPOTENCY_WINDOW", 7 * 24 * 3600.0),
+    # Threads (each with its own long-lived connection) that run a server process's
+    # database work (mailbox/db.py); 0: one on SQLite, eight on PostgreSQL.
+    "DB_THREADS": _env_int("STEERBOARD_DB_THREADS", 0),
 }

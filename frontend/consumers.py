@@ -6,10 +6,10 @@ so a lost doorbell or a dropped socket never leaves it stale. Only signed-in
 people get in (session cookie via AuthMiddlewareStack; the route is wrapped in
 AllowedHostsOriginValidator, see frontend/routing.py).
 """
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from mailbox import events
+from mailbox.db import database_sync_to_async
 from teams.models import Team
 
 TEAM_LIST_WINDOW = 100

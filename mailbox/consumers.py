@@ -4,12 +4,12 @@ They only translate frames to service calls and channel-layer events to frames.
 """
 import json
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from pydantic import ValidationError
 
 from mailbox import events, sessions, sweeper, wire
 from mailbox.auth import host_team_from_headers, member_from_headers
+from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
 
 

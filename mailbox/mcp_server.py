@@ -29,7 +29,6 @@ import json
 from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import ThreadSensitiveContext
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 from mcp import types
@@ -40,6 +39,7 @@ from mcp.shared.exceptions import MCPError
 from mailbox import policy, sessions, sweeper
 from mailbox.api.inbox import inbox_read
 from mailbox.auth import member_from_headers
+from mailbox.db import database_sync_to_async
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 

@@ -11,10 +11,10 @@ target together, and reaping a dead process's presence is idempotent.
 import asyncio
 import logging
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 
 from mailbox import idempotency, presence
+from mailbox.db import database_sync_to_async
 from mailbox.delivery import recovery_sweep
 
 log = logging.getLogger(__name__)

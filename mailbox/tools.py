@@ -8,13 +8,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from pydantic import BaseModel
 
 from mailbox import delivery, events, idempotency, sessions
+from mailbox.db import database_sync_to_async
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError

@@ -1,6 +1,8 @@
 import pytest
+from asgiref.sync import SyncToAsync
+from django.db import connections
 
-from mailbox import faults
+from mailbox import db, faults
 
 
 @pytest.fixture(autouse=True)
@@ -8,6 +10,17 @@ def _faults_disarmed():
     faults.disarm_all()
     yield
     faults.disarm_all()
+
+
+@pytest.fixture(autouse=True)
+def _close_worker_connections():
+    """Async code reaches the database from worker threads, each with a connection of
+    its own: the process's database threads (mailbox/db.py) and asgiref's shared
+    thread (channels' database_sync_to_async in tests and the auth middleware).
+    Close them, each on its own thread, so the test database can be dropped."""
+    yield
+    db.close_all()
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 @pytest.fixture

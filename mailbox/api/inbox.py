@@ -8,7 +8,6 @@
 """
 import json
 
-from channels.db import database_sync_to_async
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import TypeAdapter, ValidationError
@@ -16,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from mailbox import policy, selectors, sessions, sweeper, wire
 from mailbox.api.errors import error_json
 from mailbox.api.tools import _member, _method, tool_invoke
+from mailbox.db import database_sync_to_async
 from mailbox.tools import validation_summary
 from teams.errors import ErrorCode, TeamError
 

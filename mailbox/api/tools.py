@@ -5,7 +5,6 @@ hold a worker thread while it does.
 """
 import json
 
-from channels.db import database_sync_to_async
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -13,6 +12,7 @@ from django.views.decorators.csrf import csrf_exempt
 from mailbox import sessions, sweeper
 from mailbox.api.errors import error_json
 from mailbox.auth import member_from_headers
+from mailbox.db import database_sync_to_async
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 

@@ -1,30 +1,20 @@
 """The dashboard websocket: who gets in, and what it forwards."""
+from mailbox import events
+
 import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
-from django.db import connections
 from django.test import Client
 
 from frontend.routing import websocket_urlpatterns
-from mailbox import events
 from teams import services as team_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 application = URLRouter(websocket_urlpatterns)
-
-
-@pytest.fixture(autouse=True)
-def _close_worker_connections():
-    yield
-    # The consumer's database calls run on a worker thread with a connection of its
-    # own; close it (on that thread) so the test database can be dropped at the end.
-    from asgiref.sync import SyncToAsync
-
-    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 def _setup():

@@ -1,0 +1,97 @@
+"""Where a server process runs its synchronous database work.
+
+``database_sync_to_async`` has the call shape of Channels' helper of the same
+name, but every call runs on one small, fixed pool of threads per process, and
+each of those threads keeps its database connection for the life of the
+process. Two things this fixes (docs/performance.md has the profiles):
+
+- Channels' helper closes the connection after every call when
+  ``CONN_MAX_AGE`` is 0, and Django gives every HTTP request a thread of its
+  own: each ``send_message`` and each history entry paid for a new connection
+  (milliseconds on PostgreSQL, the WAL pragmas again on SQLite).
+- Every request thread was another SQLite writer polling for the one write
+  lock. On SQLite the pool is a single thread, so the process's writes queue
+  in order instead of polling; on PostgreSQL it is a few threads, so requests
+  and websocket consumers share the same bounded set of connections and
+  neither starves the other.
+
+A broken connection is closed after the call that found it broken (Django's
+usual check), and the next call on that thread opens a fresh one.
+"""
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import SyncToAsync
+from django.conf import settings
+from django.db import connections
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+_calling = threading.local()
+
+
+def threads() -> int:
+    configured = settings.STEERBOARD["DB_THREADS"]
+    if configured > 0:
+        return configured
+    return 1 if connections["default"].vendor == "sqlite" else 8
+
+
+def executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        with _executor_lock:
+            if _executor is None:
+                _executor = ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="steerboard-db")
+    return _executor
+
+
+def _keep_connections() -> None:
+    """After a call: keep this thread's connections open unless they are broken."""
+    for connection in connections.all(initialized_only=True):
+        connection.close_at = None  # CONN_MAX_AGE is for request threads; this one lives on
+        connection.close_if_unusable_or_obsolete()
+
+
+class DatabaseThreads(SyncToAsync):
+    def __init__(self, func):
+        super().__init__(func, thread_sensitive=False, executor=executor())
+
+    def thread_handler(self, loop, *args, **kwargs):
+        _calling.loop = loop
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            _calling.loop = None
+            _keep_connections()
+
+
+def calling_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop waiting for the database call running on this thread, if any."""
+    return getattr(_calling, "loop", None)
+
+
+database_sync_to_async = DatabaseThreads
+
+
+def close_all(timeout: float = 30) -> None:
+    """Close the connections every database thread holds (tests, before the test database is dropped).
+
+    One closing call per thread: each waits at a barrier until all are running,
+    so no thread takes two of them and none is left out."""
+    global _executor
+    with _executor_lock:
+        pool, _executor = _executor, None
+    if pool is None:
+        return
+    size = pool._max_workers
+    barrier = threading.Barrier(size)
+
+    def close_here() -> None:
+        connections.close_all()
+        barrier.wait(timeout)
+
+    for future in [pool.submit(close_here) for _ in range(size)]:
+        future.result(timeout)
+    pool.shutdown(wait=True)
