@@ -1,23 +1,86 @@
 """ASGI entry point: HTTP goes to Django (and /mcp to the MCP endpoint), websockets to the Channels consumers."""
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
 
+from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
 from mailbox.mcp_server import mcp_app  # noqa: E402
 
 
+class RequestThreads:
+    """Django runs each request's synchronous parts (middleware, sync views) on a
+    thread of the request's own: by default a new thread per request, plus another
+    that joins it afterwards. Under load, starting those threads was most of the
+    event loop's work. Here a request borrows an idle single-thread executor
+    instead, and gives it back when it is done; at most ``keep`` wait idle."""
+
+    def __init__(self, app, keep: int = 32):
+        self.app = app
+        self.keep = keep
+        self.idle: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope, receive, send):
+        executor = self.idle.pop() if self.idle else ThreadPoolExecutor(1, thread_name_prefix="steerboard-request")
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.app(scope, receive, send)
+        finally:
+            if len(self.idle) < self.keep:
+                self.idle.append(executor)
+            else:
+                executor.shutdown(wait=False)
+
+
+class AgentApiHandler(ASGIHandler):
+    """Django's handler for the agents' bearer-token endpoints (the tools, the inbox,
+    the session history), without the browser's middleware chain.
+
+    Those are async views that use no cookie, session, CSRF token or message; the
+    chain would run every middleware's hooks on a worker thread, about ten thread
+    hops per request, the larger part of a ``send_message``'s cost on the event
+    loop (docs/performance.md). What the chain gives these responses is kept: the
+    Host check (ALLOWED_HOSTS) and the security headers."""
+
+    def load_middleware(self, is_async=False):
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        self._headers = [SecurityMiddleware(self._get_response_async), XFrameOptionsMiddleware(self._get_response_async)]
+        self._middleware_chain = convert_exception_to_response(self._respond)
+
+    async def _respond(self, request):
+        request.get_host()  # DisallowedHost answers 400, as CommonMiddleware would
+        response = await self._get_response_async(request)
+        for middleware in self._headers:
+            response = middleware.process_response(request, response)
+        return response
+
+
+AGENT_API_PREFIXES = ("/api/v1/tools", "/api/v1/inbox", "/api/v1/session/")
+django_app = RequestThreads(django_asgi_app)
+agent_api_app = RequestThreads(AgentApiHandler())
+
+
 async def http_app(scope, receive, send):
-    """/mcp is the Team tools' MCP endpoint (mailbox/mcp_server.py); every other path is Django's."""
+    """/mcp is the Team tools' MCP endpoint (mailbox/mcp_server.py); the agents'
+    bearer-token endpoints skip the browser middleware; every other path is Django's."""
     path = scope.get("path", "")
     if path == "/mcp" or path.startswith("/mcp/"):
         return await mcp_app(scope, receive, send)
-    return await django_asgi_app(scope, receive, send)
+    if path.startswith(AGENT_API_PREFIXES):
+        return await agent_api_app(scope, receive, send)
+    return await django_app(scope, receive, send)
 
 
 application = ProtocolTypeRouter(
