@@ -43,7 +43,7 @@ async def run(backend: str, rate: float, seconds: float, idle: bool) -> None:
         await fleet.connect()
         spy = subprocess.Popen(
             ["py-spy", "record", "--pid", str(bench.servers[0].proc.pid), "--duration", str(int(seconds)),
-             "--format", "raw", "--rate", "200", "-o", str(out)] + (["--idle"] if idle else []),
+             "--format", "raw", "--rate", "200", "-o", str(out)] + (["--idle"] if idle else ["--gil"]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         load = Load()

@@ -31,6 +31,7 @@ Rules the functions below keep:
 - Recovery (a session's hello, the periodic sweeper, an operator's retry) runs
   the same admission again; pushes are doorbells and may repeat.
 """
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -195,7 +196,7 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         # the team (those take KEY SHARE); plain FOR UPDATE deadlocked two members messaging
         # each other on PostgreSQL, and locked the whole team.
         rows = Member.objects.select_for_update(skip_locked=skip_locked, no_key=True, of=("self",)).filter(pk=target_id)
-        target = rows.select_related("team").first()
+        target = rows.first()
         if target is None:
             return None
         states = [MessageState.QUEUED, MessageState.ACCEPTED] if redeliver else [MessageState.QUEUED]
@@ -207,8 +208,11 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         if not pending:
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
-            # A savepoint: a failed attempt leaves no half-written row behind.
-            with transaction.atomic():
+            # A running or idle target only gets pushes; a resume writes (a token, the
+            # start request), so it runs in a savepoint: a failed attempt leaves no
+            # half-written row behind.
+            pushes_only = status in (Status.RUNNING, Status.IDLE)
+            with contextlib.nullcontext() if pushes_only else transaction.atomic():
                 _admission_attempt(target=target, status=status, has_host=has_host, pending=pending)
         except Exception as exc:  # temporary: inspection, resume or admission failed
             error = str(exc) or exc.__class__.__name__
@@ -219,11 +223,13 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         faults.crash_point("after_admission")
         now = timezone.now()
         queued_ids = [m.id for m in pending if m.state == MessageState.QUEUED]
-        TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(attempts=F("attempts") + 1, last_error="")
+        redelivered_ids = [m.id for m in pending if m.state != MessageState.QUEUED]
         # Only from queued: a folded entry may have marked one delivered meanwhile; never move it back.
         TeamMessage.objects.filter(pk__in=queued_ids, state=MessageState.QUEUED).update(
-            state=MessageState.ACCEPTED, accepted_at=now
+            state=MessageState.ACCEPTED, accepted_at=now, attempts=F("attempts") + 1, last_error=""
         )
+        if redelivered_ids:
+            TeamMessage.objects.filter(pk__in=redelivered_ids).update(attempts=F("attempts") + 1, last_error="")
         LeadLogRecord.objects.bulk_create(
             LeadLogRecord(
                 team_id=target.team_id,
@@ -284,7 +290,12 @@ def message_admit_enqueued(*, message: TeamMessage) -> tuple[TeamMessage, Admiss
     (an idempotent send commits its key with the snapshot)."""
     faults.crash_point("after_queued_commit")
     admission = target_admit(target_id=message.target_id)
-    message.refresh_from_db(fields=["state", "attempts", "last_error", "accepted_at", "delivered_at"])
+    if message.id in admission.admitted:
+        # What admission just wrote; a fold may since have made it delivered, and
+        # the sender is told "accepted" either way.
+        message.state = MessageState.ACCEPTED
+    else:
+        message.refresh_from_db(fields=["state", "attempts", "last_error", "accepted_at", "delivered_at"])
     return message, admission
 
 
@@ -357,17 +368,21 @@ def entry_record(*, member: Member, entry: dict) -> tuple[HistoryEntry | None, b
                 prompt_id=prompt_id,
                 data=entry,
             )
-            events.dashboard_notify(member.team_id, "entry", member=member.name)
+            if not message_id:
+                events.dashboard_notify(member.team_id, "entry", member=member.name)
     except IntegrityError:
         created = False  # source folding: this entry (or this message) is already in the history
     faults.crash_point("after_entry")
     if message_id:
+        marked = False
         try:
-            message_mark_delivered(message_id=message_id)
+            marked = message_mark_delivered(message_id=message_id)
         except faults.TemporaryDeliveryError:
             # The entry is durable; recovery (reconcile, or the session's next
             # report of it) writes the delivered record.
             log.warning("delivered record for %s deferred to recovery", message_id)
+        if created and not marked:  # otherwise the delivered record's doorbell tells the dashboards
+            events.dashboard_notify(member.team_id, "entry", member=member.name)
     return row, created
 
 

@@ -3,13 +3,17 @@
 Every publish is a doorbell: at most once, possibly lost, always recoverable
 from the database. Publishes that describe a write go out after its commit.
 """
+import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from mailbox import db
+
 log = logging.getLogger(__name__)
+_in_flight: set[asyncio.Task] = set()
 
 
 def session_group(member_id: int) -> str:
@@ -29,10 +33,33 @@ def send_now(group: str, event: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, event)
 
 
-def _send_quietly(group: str, event: dict) -> None:
+async def _publish(group: str, event: dict) -> None:
     try:
-        send_now(group, event)
+        await get_channel_layer().group_send(group, event)
     except Exception:  # a lost doorbell is recovered from the database
+        log.warning("publish to %s failed", group, exc_info=True)
+
+
+def _publish_on_loop(group: str, event: dict) -> None:
+    task = asyncio.ensure_future(_publish(group, event))
+    _in_flight.add(task)
+    task.add_done_callback(_in_flight.discard)
+
+
+def _send_quietly(group: str, event: dict) -> None:
+    """Publish without waiting for it: on a database thread the publish is handed
+    to the event loop that called it, so the thread (and, on SQLite, the write
+    lock it may hold next) does not wait for a round trip nobody needs."""
+    loop = db.calling_loop()
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(_publish_on_loop, group, event)
+            return
+        except RuntimeError:  # the loop has closed: publish the slow way
+            pass
+    try:
+        async_to_sync(_publish)(group, event)
+    except Exception:
         log.warning("publish to %s failed", group, exc_info=True)
 
 
