@@ -15,8 +15,8 @@ process. Two things this fixes (docs/performance.md has the profiles):
   and websocket consumers share the same bounded set of connections and
   neither starves the other.
 
-A broken connection is closed after the call that found it broken (Django's
-usual check), and the next call on that thread opens a fresh one.
+A connection that raised a database error is closed after that call, and the
+next call on that thread opens a fresh one.
 """
 import asyncio
 import threading
@@ -48,10 +48,20 @@ def executor() -> ThreadPoolExecutor:
 
 
 def _keep_connections() -> None:
-    """After a call: keep this thread's connections open unless they are broken."""
+    """After a call: keep this thread's connections open, unless the call hit a
+    database error; then close it, and the next call opens a fresh one (cheaper
+    and surer than asking a connection whether it still works: SQLite's always
+    says yes)."""
     for connection in connections.all(initialized_only=True):
         connection.close_at = None  # CONN_MAX_AGE is for request threads; this one lives on
-        connection.close_if_unusable_or_obsolete()
+        if connection.errors_occurred and not connection.in_atomic_block:
+            try:
+                connection.close()
+            except Exception:
+                connection.connection = None
+            connection.errors_occurred = False
+        else:
+            connection.close_if_unusable_or_obsolete()
 
 
 class DatabaseThreads(SyncToAsync):
