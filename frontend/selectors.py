@@ -166,16 +166,16 @@ def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict]
 
 
 def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
-    pending = list(
-        TeamMessage.objects.filter(target=member, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
-        .select_related("sender", "target")
-        .order_by("seq")[:PENDING_WINDOW]
-    )
+    pending = mailbox_selectors.pending_of(target=member, limit=PENDING_WINDOW)
+    # Not joined to the target (we have it): with that join SQLite's planner left
+    # the (target, state, seq) index for a walk of the whole inbox.
     delivered = list(
         TeamMessage.objects.filter(target=member, state=MessageState.DELIVERED)
-        .select_related("sender", "target")
+        .select_related("sender")
         .order_by("-seq")[:LATENCY_WINDOW]
     )
+    for message in delivered:
+        message.target = member
     by_state = {
         MessageState.QUEUED.value: [message_view(m) for m in pending if m.state == MessageState.QUEUED],
         MessageState.ACCEPTED.value: [message_view(m) for m in pending if m.state == MessageState.ACCEPTED],

@@ -200,9 +200,7 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         if target is None:
             return None
         states = [MessageState.QUEUED, MessageState.ACCEPTED] if redeliver else [MessageState.QUEUED]
-        pending = list(
-            TeamMessage.objects.filter(target=target, state__in=states).select_related("sender").order_by("seq")
-        )
+        pending = selectors.pending_of(target=target, states=states)
         status = target.status
         has_host = host_connected(target.team_id)
         if not pending:
@@ -414,11 +412,7 @@ def message_mark_delivered(*, message_id: str) -> bool:
 
 # --- 4. recover ---------------------------------------------------------------------------
 def undelivered_for(*, member: Member) -> list[TeamMessage]:
-    return list(
-        TeamMessage.objects.filter(target=member, state__in=_PENDING)
-        .select_related("sender")
-        .order_by("seq")
-    )
+    return selectors.pending_of(target=member)
 
 
 def messages_reconcile() -> int:

@@ -32,6 +32,26 @@ def message_out(message: TeamMessage) -> dict:
     }
 
 
+def pending_of(
+    *, target: Member, states=(MessageState.QUEUED, MessageState.ACCEPTED), limit: int | None = None
+) -> list[TeamMessage]:
+    """A target's undelivered messages (of ``states``) in seq order, with their senders.
+
+    One query per state, merged here: each reads only its few rows from the
+    (target, state, seq) index. A single ``state IN (...) ORDER BY seq`` let
+    SQLite walk the target's whole inbox through the (target, seq) index
+    instead (its statistics see one state per target: nearly all delivered),
+    about 100 ms per query at 10^5 messages per target."""
+    rows: list[TeamMessage] = []
+    for state in states:
+        query = TeamMessage.objects.filter(target_id=target.pk, state=state).select_related("sender").order_by("seq")
+        rows.extend(query[:limit] if limit else query)
+    rows.sort(key=lambda m: m.seq)
+    for row in rows:
+        row.target = target
+    return rows[:limit] if limit else rows
+
+
 def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
     """Per target: how many messages are queued, accepted, delivered.
 
