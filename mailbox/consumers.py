@@ -103,6 +103,10 @@ class AgentConsumer(_JsonFrames):
     async def session_interrupt(self, event):
         await self.send_json({"type": "interrupt"})
 
+    async def session_reset(self, event):
+        # This process was taken for dead and its sessions ended: reconnect and say hello again.
+        await self.close(code=1012)
+
 
 class HostConsumer(_JsonFrames):
     team = None
@@ -134,6 +138,9 @@ class HostConsumer(_JsonFrames):
             await database_sync_to_async(sessions.host_start_failed)(
                 team_id=self.team.pk, member_name=frame.member, error=frame.error
             )
+
+    async def host_reset(self, event):
+        await self.close(code=1012)  # as session_reset: this host's presence was dropped
 
     async def host_start(self, event):
         await self.send_json(

@@ -26,25 +26,32 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connections
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+_executors: dict[str, ThreadPoolExecutor] = {}
+_executors_lock = threading.Lock()
 _calling = threading.local()
 
+# The heartbeat has a thread of its own: a process whose pool is busy is slow,
+# not dead, and must not be reaped for it (docs/deployment.md, PROCESS_TIMEOUT).
+LANES = ("pool", "heartbeat")
 
-def threads() -> int:
+
+def threads(lane: str = "pool") -> int:
+    if lane != "pool":
+        return 1
     configured = settings.STEERBOARD["DB_THREADS"]
     if configured > 0:
         return configured
     return 1 if connections["default"].vendor == "sqlite" else 8
 
 
-def executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        with _executor_lock:
-            if _executor is None:
-                _executor = ThreadPoolExecutor(max_workers=threads(), thread_name_prefix="steerboard-db")
-    return _executor
+def executor(lane: str = "pool") -> ThreadPoolExecutor:
+    pool = _executors.get(lane)
+    if pool is None:
+        with _executors_lock:
+            pool = _executors.get(lane)
+            if pool is None:
+                pool = _executors[lane] = ThreadPoolExecutor(threads(lane), thread_name_prefix=f"steerboard-db-{lane}")
+    return pool
 
 
 def _keep_connections() -> None:
@@ -65,8 +72,8 @@ def _keep_connections() -> None:
 
 
 class DatabaseThreads(SyncToAsync):
-    def __init__(self, func):
-        super().__init__(func, thread_sensitive=False, executor=executor())
+    def __init__(self, func, *, lane: str = "pool"):
+        super().__init__(func, thread_sensitive=False, executor=executor(lane))
 
     def thread_handler(self, loop, *args, **kwargs):
         _calling.loop = loop
@@ -90,18 +97,17 @@ def close_all(timeout: float = 30) -> None:
 
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
-    global _executor
-    with _executor_lock:
-        pool, _executor = _executor, None
-    if pool is None:
-        return
-    size = pool._max_workers
-    barrier = threading.Barrier(size)
+    with _executors_lock:
+        pools = list(_executors.values())
+        _executors.clear()
+    for pool in pools:
+        size = pool._max_workers
+        barrier = threading.Barrier(size)
 
-    def close_here() -> None:
-        connections.close_all()
-        barrier.wait(timeout)
+        def close_here() -> None:
+            connections.close_all()
+            barrier.wait(timeout)
 
-    for future in [pool.submit(close_here) for _ in range(size)]:
-        future.result(timeout)
-    pool.shutdown(wait=True)
+        for future in [pool.submit(close_here) for _ in range(size)]:
+            future.result(timeout)
+        pool.shutdown(wait=True)

@@ -8,10 +8,14 @@ stay undelivered, never lost, but nobody resumes the member) and keep asking a
 host that is gone.
 
 So each process beats: a ``ServerProcess`` row with ``last_seen`` refreshed
-every ``HEARTBEAT_INTERVAL`` seconds (mailbox/sweeper.py runs the beat on the
-process's event loop, through the same database thread as everything else, so
-a process too stalled to beat for ``PROCESS_TIMEOUT`` is treated as dead; it
-records its websockets again when it beats next). Every agent session (after its hello)
+every ``HEARTBEAT_INTERVAL`` seconds (mailbox/sweeper.py runs the beat from the
+process's event loop on a database thread of its own, so a busy process still
+beats, and one whose event loop stalls for ``PROCESS_TIMEOUT`` is treated as
+dead). A process that finds, at its next beat, that it was taken for dead
+closes all its websockets (code 1012, "service restart"): the reaper has
+already ended their sessions and taken their channels out of their groups, so
+they are deaf; their clients reconnect and say hello again, which puts
+everything back. Every agent session (after its hello)
 and every host websocket is recorded with the id of the process holding it.
 Recovery (``presence_reap``, run before each sweep) treats a process whose
 row is older than ``PROCESS_TIMEOUT`` as dead:
@@ -74,9 +78,8 @@ def process_beat() -> bool:
             pk=PROCESS_ID, defaults={"hostname": socket.gethostname()[:255], "pid": os.getpid(), "last_seen": now}
         )
     if _registered:
-        # Reaped while alive (stalled past PROCESS_TIMEOUT): record our websockets again.
-        log.warning("process %s was taken for dead; recording its websockets again", PROCESS_ID)
-        _presence_restore()
+        log.warning("process %s was taken for dead; closing its websockets so their clients reconnect", PROCESS_ID)
+        _websockets_reset()
     _registered = True
     return True
 
@@ -86,13 +89,19 @@ def _ensure_registered() -> None:
         process_beat()
 
 
-def _presence_restore() -> None:
+RESET_EVENTS = {"session": {"type": "session.reset"}, "host": {"type": "host.reset"}}
+
+
+def _websockets_reset() -> None:
+    """Reaped while alive (stalled past PROCESS_TIMEOUT): the reaper ended our
+    sessions and dropped our hosts, and took their channels out of their groups.
+    Ask each of our websockets to close; its client reconnects and says hello."""
     with _lock:
-        sessions, hosts = dict(_sessions), dict(_hosts)
-    for channel, member_id in sessions.items():
-        SessionPresence.objects.get_or_create(channel=channel, defaults={"member_id": member_id, "process_id": PROCESS_ID})
-    for channel, team_id in hosts.items():
-        HostPresence.objects.update_or_create(channel=channel, defaults={"team_id": team_id, "process_id": PROCESS_ID})
+        sessions, hosts = list(_sessions), list(_hosts)
+    for channel in sessions:
+        events.channel_send_quietly(channel, RESET_EVENTS["session"])
+    for channel in hosts:
+        events.channel_send_quietly(channel, RESET_EVENTS["host"])
 
 
 # --- websockets this process holds -----------------------------------------------------------

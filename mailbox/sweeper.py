@@ -38,7 +38,7 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
         if now >= next_beat:
             next_beat = now + beat_interval
             try:
-                await database_sync_to_async(presence.process_beat)()
+                await database_sync_to_async(presence.process_beat, lane="heartbeat")()
             except Exception:
                 log.warning("heartbeat failed; trying again next interval", exc_info=True)
         if sweep_interval > 0 and now >= next_sweep + sweep_interval:

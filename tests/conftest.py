@@ -2,7 +2,7 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox import db, faults
+from mailbox import db, faults, presence
 
 
 @pytest.fixture(autouse=True)
@@ -10,6 +10,14 @@ def _faults_disarmed():
     faults.disarm_all()
     yield
     faults.disarm_all()
+
+
+@pytest.fixture(autouse=True)
+def _process_registers_afresh(monkeypatch):
+    """Each test's database starts without this process's heartbeat row. The
+    process registers afresh; it must not take the missing row for a sign that
+    it was reaped (it would close the test's websockets, mailbox/presence.py)."""
+    monkeypatch.setattr(presence, "_registered", False)
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,8 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
@@ -123,7 +125,8 @@ def test_reaping_a_dead_process_closes_its_sessions_and_drops_its_hosts():
     member_session_set(member_id=worker.pk, state=SessionState.RUNNING, channel="dead-channel")
     SessionPresence.objects.create(channel="dead-channel", member=worker, process_id=dead)
     HostPresence.objects.create(team=team, channel="dead-host-channel", process_id=dead)
-    presence.host_attached(team_id=team.pk, channel="live-host-channel")  # this process: alive
+    presence.process_beat()  # this process: alive
+    presence.host_attached(team_id=team.pk, channel="live-host-channel")
 
     result = presence.presence_reap()
 
@@ -175,18 +178,22 @@ def test_a_newer_session_elsewhere_is_not_closed_by_reaping_the_old_one():
     presence.session_detached(channel="live-channel")
 
 
-def test_a_live_process_reaped_by_mistake_records_its_websockets_again():
+def test_a_live_process_reaped_by_mistake_closes_its_websockets_so_they_say_hello_again():
     team, lead, (worker,) = _team()
     presence.session_attached(member_id=worker.pk, channel="my-channel")
     presence.host_attached(team_id=team.pk, channel="my-host")
-    # Another process took us for dead and cleaned up.
+    # Another process took us for dead and cleaned up: the session is ended and
+    # both channels are out of their groups, deaf to steers and start requests.
     ServerProcess.objects.filter(pk=presence.PROCESS_ID).delete()
     SessionPresence.objects.all().delete()
     HostPresence.objects.all().delete()
 
     assert presence.process_beat() is True
 
-    assert SessionPresence.objects.filter(channel="my-channel", process_id=presence.PROCESS_ID).exists()
-    assert HostPresence.objects.filter(channel="my-host", process_id=presence.PROCESS_ID).exists()
+    layer = get_channel_layer()
+    assert async_to_sync(layer.receive)("my-channel") == {"type": "session.reset"}
+    assert async_to_sync(layer.receive)("my-host") == {"type": "host.reset"}
+    # Nothing deaf is recorded as present: the reconnecting clients record themselves.
+    assert not SessionPresence.objects.exists() and not HostPresence.objects.exists()
     presence.session_detached(channel="my-channel")
     presence.host_detached(channel="my-host")
