@@ -13,6 +13,12 @@ from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
 
 
+# The server asks the client to reconnect (this process was taken for dead;
+# mailbox/presence.py). Not 1012 ("service restart"): the websocket library
+# under daphne lets a server close only with 1000 or 3000-4999.
+CLOSE_RECONNECT = 4012
+
+
 def _error(code: ErrorCode, message: str) -> dict:
     return {"type": "error", "error": {"code": str(code), "message": message}}
 
@@ -105,7 +111,7 @@ class AgentConsumer(_JsonFrames):
 
     async def session_reset(self, event):
         # This process was taken for dead and its sessions ended: reconnect and say hello again.
-        await self.close(code=1012)
+        await self.close(code=CLOSE_RECONNECT)
 
 
 class HostConsumer(_JsonFrames):
@@ -140,7 +146,7 @@ class HostConsumer(_JsonFrames):
             )
 
     async def host_reset(self, event):
-        await self.close(code=1012)  # as session_reset: this host's presence was dropped
+        await self.close(code=CLOSE_RECONNECT)  # as session_reset: this host's presence was dropped
 
     async def host_start(self, event):
         await self.send_json(

@@ -12,7 +12,7 @@ every ``HEARTBEAT_INTERVAL`` seconds (mailbox/sweeper.py runs the beat from the
 process's event loop on a database thread of its own, so a busy process still
 beats, and one whose event loop stalls for ``PROCESS_TIMEOUT`` is treated as
 dead). A process that finds, at its next beat, that it was taken for dead
-closes all its websockets (code 1012, "service restart"): the reaper has
+closes all its websockets (code 4012, "reconnect"): the reaper has
 already ended their sessions and taken their channels out of their groups, so
 they are deaf; their clients reconnect and say hello again, which puts
 everything back. Every agent session (after its hello)

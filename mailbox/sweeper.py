@@ -9,6 +9,7 @@ target together, and reaping a dead process's presence is idempotent.
 ``manage.py sweep --loop`` runs the same pass on its own.
 """
 import asyncio
+import contextvars
 import logging
 
 from django.conf import settings
@@ -28,27 +29,34 @@ def recovery_pass() -> dict:
     return {**recovery_sweep(), **reaped}
 
 
+async def _beat_loop(interval: float) -> None:
+    while True:
+        try:
+            await database_sync_to_async(presence.process_beat, lane="heartbeat")()
+        except Exception:
+            log.warning("heartbeat failed; trying again next interval", exc_info=True)
+        await asyncio.sleep(interval)
+
+
+async def _sweep_loop(interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await database_sync_to_async(recovery_pass)()
+        except Exception:
+            log.warning("recovery sweep failed; trying again next interval", exc_info=True)
+
+
 async def _run(sweep_interval: float, beat_interval: float) -> None:
     """Beat every ``beat_interval``; sweep every ``sweep_interval`` (0: never, an
-    external ``manage.py sweep --loop`` does it)."""
-    loop = asyncio.get_running_loop()
-    next_beat = next_sweep = loop.time()
-    while True:
-        now = loop.time()
-        if now >= next_beat:
-            next_beat = now + beat_interval
-            try:
-                await database_sync_to_async(presence.process_beat, lane="heartbeat")()
-            except Exception:
-                log.warning("heartbeat failed; trying again next interval", exc_info=True)
-        if sweep_interval > 0 and now >= next_sweep + sweep_interval:
-            next_sweep = now
-            try:
-                await database_sync_to_async(recovery_pass)()
-            except Exception:
-                log.warning("recovery sweep failed; trying again next interval", exc_info=True)
-        wake = next_beat if sweep_interval <= 0 else min(next_beat, next_sweep + sweep_interval)
-        await asyncio.sleep(max(0.01, wake - loop.time()))
+    external ``manage.py sweep --loop`` does it). Two loops, not one: a sweep
+    that takes long under load (it queues with the requests for the database
+    threads) must not delay the beat, or the other processes take this one for
+    dead."""
+    loops = [_beat_loop(beat_interval)]
+    if sweep_interval > 0:
+        loops.append(_sweep_loop(sweep_interval))
+    await asyncio.gather(*loops)
 
 
 def ensure_started() -> None:
@@ -63,4 +71,8 @@ def ensure_started() -> None:
     beat_interval = settings.STEERBOARD["HEARTBEAT_INTERVAL"]
     if sweep_interval <= 0 and beat_interval <= 0:
         return
-    _task = loop.create_task(_run(sweep_interval, beat_interval if beat_interval > 0 else sweep_interval))
+    # A context of its own: started from inside a request, it must not inherit
+    # (and outlive) that request's context.
+    _task = loop.create_task(
+        _run(sweep_interval, beat_interval if beat_interval > 0 else sweep_interval), context=contextvars.Context()
+    )

@@ -12,7 +12,7 @@ from tests.support.inproc import Agent, spawn, team_new
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def test_a_reset_closes_an_agent_websocket_with_service_restart(api):
+async def test_a_reset_closes_an_agent_websocket_with_reconnect_code(api):
     """What a process taken for dead sends its websockets (mailbox/presence.py)."""
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "impl")
@@ -23,10 +23,10 @@ async def test_a_reset_closes_an_agent_websocket_with_service_restart(api):
     await get_channel_layer().send(channel, {"type": "session.reset"})
 
     closed = await agent.comm.receive_output(timeout=5)
-    assert closed == {"type": "websocket.close", "code": 1012}
+    assert closed == {"type": "websocket.close", "code": 4012}
 
 
-async def test_a_reset_closes_a_host_websocket_with_service_restart(api):
+async def test_a_reset_closes_a_host_websocket_with_reconnect_code(api):
     team = await team_new()
     host = Agent(team["host"], path="/ws/host/")
     await host.connect(status=None)
@@ -41,4 +41,4 @@ async def test_a_reset_closes_a_host_websocket_with_service_restart(api):
     await get_channel_layer().send(channel, {"type": "host.reset"})
 
     closed = await host.comm.receive_output(timeout=5)
-    assert closed == {"type": "websocket.close", "code": 1012}
+    assert closed == {"type": "websocket.close", "code": 4012}
