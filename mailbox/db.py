@@ -45,6 +45,8 @@ def threads(lane: str = "pool") -> int:
 
 
 def executor(lane: str = "pool") -> ThreadPoolExecutor:
+    if lane not in LANES:
+        raise ValueError(f"no database lane {lane!r}; there are {LANES}")
     pool = _executors.get(lane)
     if pool is None:
         with _executors_lock:

@@ -72,6 +72,7 @@ async def test_socket_from_another_origin_or_without_origin_is_refused():
         socket = _socket("/ws/dashboard/alpha/", session=session, origin=origin)
         connected, _ = await socket.connect()
         assert not connected, origin
+        await socket.disconnect()  # end the refused consumer's channel-layer read (it hung teardown on Redis)
 
 
 async def test_socket_for_an_unknown_team_is_refused():

@@ -140,6 +140,7 @@ async def test_tokens_are_required_and_bound_to_their_team(api):
         comm = WebsocketCommunicator(application, path, headers=[(b"authorization", f"Bearer {token}".encode())])
         connected, _ = await comm.connect()
         assert connected is False
+        await comm.disconnect()  # end the refused consumer's channel-layer read
     response = await api.http.get("/api/v1/teams/alpha")
     assert response.status_code == 401 and response.json()["error"]["code"] == "UNAUTHENTICATED"
 
