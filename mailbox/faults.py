@@ -1,4 +1,4 @@
-"""Fault points on the delivery path, for tests that inject a fault on purpose.
+"""Fault points on the delivery path (and one on the task board), for tests that inject a fault on purpose.
 
 Two kinds:
 
@@ -8,7 +8,8 @@ Two kinds:
 - ``crash_point(name)`` ends the process at once (``os._exit``) when the
   environment says ``STEERBOARD_CRASH_AT=name`` or ``name:N`` (the Nth time
   the point is reached). Points: ``after_queued_commit``, ``after_admission``,
-  ``after_entry``, ``mid_recovery``.
+  ``after_entry``, ``mid_recovery``, and ``after_task_commit`` (a task created
+  and committed, its answer not sent: a kill at a known point of a workflow).
 """
 import os
 import threading

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Max
 from pydantic import BaseModel
 
-from mailbox import delivery, events, idempotency, sessions
+from mailbox import delivery, events, faults, idempotency, sessions
 from mailbox.db import database_sync_to_async
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from teams import schemas, selectors, services
@@ -132,7 +132,9 @@ def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:
             )
             return {**_task_logged(member, task, "create"), "idempotent_replay": False}
 
-    return idempotency.run_once(member=member, tool="team_task_create", arguments=args, perform=create)
+    result = idempotency.run_once(member=member, tool="team_task_create", arguments=args, perform=create)
+    faults.crash_point("after_task_commit")
+    return result
 
 
 def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
