@@ -1,8 +1,5 @@
 """The dashboard websocket: who gets in, and what it forwards."""
-from mailbox import events
-
 import pytest
-import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
@@ -10,6 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from frontend.routing import websocket_urlpatterns
+from mailbox import events
 from teams import services as team_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
