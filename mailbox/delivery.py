@@ -140,7 +140,9 @@ class Admission:
     target_status: str
     admitted: list[str]
     error: str = ""
-    host_connected: bool = False
+    # Looked up only for a target without a session (None: not looked up); the
+    # sender's answer asks when it needs to (delivery_observation).
+    host_connected: bool | None = None
 
 
 def host_connected(team_id: int) -> bool:
@@ -202,14 +204,14 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
         states = [MessageState.QUEUED, MessageState.ACCEPTED] if redeliver else [MessageState.QUEUED]
         pending = selectors.pending_of(target=target, states=states)
         status = target.status
-        has_host = host_connected(target.team_id)
+        # A running or idle target only gets pushes: it needs no host, and nothing
+        # to undo if a push fails. A resume writes (a token, the start request), so
+        # it runs in a savepoint: a failed attempt leaves no half-written row behind.
+        pushes_only = status in (Status.RUNNING, Status.IDLE)
+        has_host = None if pushes_only else host_connected(target.team_id)
         if not pending:
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
-            # A running or idle target only gets pushes; a resume writes (a token, the
-            # start request), so it runs in a savepoint: a failed attempt leaves no
-            # half-written row behind.
-            pushes_only = status in (Status.RUNNING, Status.IDLE)
             with contextlib.nullcontext() if pushes_only else transaction.atomic():
                 _admission_attempt(target=target, status=status, has_host=has_host, pending=pending)
         except Exception as exc:  # temporary: inspection, resume or admission failed
@@ -241,7 +243,7 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
     return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
 
 
-def _admission_attempt(*, target: Member, status: str, has_host: bool, pending: list[TeamMessage]) -> None:
+def _admission_attempt(*, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage]) -> None:
     faults.inject("inspection")
     if status in (Status.RUNNING, Status.IDLE):
         faults.inject("admission")
@@ -304,11 +306,14 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     message, never that the target took on the work it asks for."""
     target = message.target.name
     status = admission.target_status
+    has_host = admission.host_connected
+    if has_host is None:
+        has_host = host_connected(message.team_id)
     warnings: list[str] = []
     waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
     if message.state == MessageState.DELIVERED:
         expected = f"{target} already has the message in its history."
-    elif waiting and not admission.host_connected:
+    elif waiting and not has_host:
         expected = f"The message waits in the durable mailbox until {target}'s session connects."
         warnings.append(
             f"{target} is {status} and no host is connected to resume it: the message waits for its session "
@@ -335,7 +340,7 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     return {
         "target_status": str(status),
         "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
-        "host_connected": admission.host_connected,
+        "host_connected": has_host,
         "expected": expected,
         "warnings": warnings,
     }

@@ -33,32 +33,33 @@ def send_now(group: str, event: dict) -> None:
     async_to_sync(get_channel_layer().group_send)(group, event)
 
 
-async def _publish(group: str, event: dict, to_channel: bool = False) -> None:
+async def _publish(name: str, event: dict, to_channel: bool = False) -> None:
+    """To the group ``name``, or to the one channel ``name``."""
     layer = get_channel_layer()
     try:
-        await (layer.send(group, event) if to_channel else layer.group_send(group, event))
+        await (layer.send(name, event) if to_channel else layer.group_send(name, event))
     except Exception:  # a lost doorbell is recovered from the database
-        log.warning("publish to %s failed", group, exc_info=True)
+        log.warning("publish to %s failed", name, exc_info=True)
 
 
-def _publish_on_loop(group: str, event: dict, to_channel: bool) -> None:
-    task = asyncio.ensure_future(_publish(group, event, to_channel))
+def _publish_on_loop(name: str, event: dict, to_channel: bool) -> None:
+    task = asyncio.ensure_future(_publish(name, event, to_channel))
     _in_flight.add(task)
     task.add_done_callback(_in_flight.discard)
 
 
-def _send_quietly(group: str, event: dict, to_channel: bool = False) -> None:
+def _send_quietly(name: str, event: dict, to_channel: bool = False) -> None:
     """Publish without waiting for it: on a database thread the publish is handed
     to the event loop that called it, so the thread (and, on SQLite, the write
     lock it may hold next) does not wait for a round trip nobody needs."""
     loop = db.calling_loop()
     if loop is not None:
         try:
-            loop.call_soon_threadsafe(_publish_on_loop, group, event, to_channel)
+            loop.call_soon_threadsafe(_publish_on_loop, name, event, to_channel)
             return
         except RuntimeError:  # the loop has closed: publish the slow way
             pass
-    async_to_sync(_publish)(group, event, to_channel)
+    async_to_sync(_publish)(name, event, to_channel)
 
 
 def channel_send_quietly(channel: str, event: dict) -> None:
