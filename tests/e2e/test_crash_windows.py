@@ -109,6 +109,10 @@ async def one_run(environment, point: str, nth: int, run: int) -> tuple[list[int
 
             await asyncio.gather(*(sender(n) for n in names))
             if late:
+                # The sends can be over before the first sweep: keep "right" away until a
+                # sweep has walked its queued messages (and the crash point ended the process).
+                await wait_until(lambda: server.crashes, timeout=60, interval=0.1,
+                                 what=f"a sweep to reach {point}:{nth} (run {run})")
                 agents["right"].start()
             # Nothing more is sent; recovery and the sessions finish the job.
             await wait_until(lambda: delivery_audit(environment).ok, timeout=90, interval=0.5,
