@@ -114,16 +114,15 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub, not channels_redis.core: every publish here is a doorbell
+            # (at most once, recovered from the database), and the core layer's
+            # receive costs each process four serial Redis round trips per message
+            # (BZPOPMIN with a backup queue): under load the steers queued there for
+            # seconds (docs/performance.md, "Doorbells through Redis").
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
-                # redis-py 8 reads with a 5 s socket timeout by default, the same 5 s
-                # channels_redis blocks in BZPOPMIN: an idle consumer's read then
-                # sometimes times out first and the websocket dies. Read longer.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
-                "capacity": 5000,
-                "expiry": 60,
-                "group_expiry": 86400,
             },
         }
     }

@@ -13,8 +13,8 @@ process's event loop on a database thread of its own, so a busy process still
 beats, and one whose event loop stalls for ``PROCESS_TIMEOUT`` is treated as
 dead). A process that finds, at its next beat, that it was taken for dead
 closes all its websockets (code 4012, "reconnect"): the reaper has
-already ended their sessions and taken their channels out of their groups, so
-they are deaf; their clients reconnect and say hello again, which puts
+already ended their sessions and dropped their presence, so the database no
+longer knows them; their clients reconnect and say hello again, which puts
 everything back. Every agent session (after its hello)
 and every host websocket is recorded with the id of the process holding it.
 Recovery (``presence_reap``, run before each sweep) treats a process whose
@@ -24,8 +24,11 @@ row is older than ``PROCESS_TIMEOUT`` as dead:
   (the member becomes ``inactive`` unless a newer session already took over),
   and the member's undelivered messages are admitted again at once, which asks
   a live host to cold-resume it;
-- each of its host rows is deleted, so admission no longer counts that host;
-- its channels leave their channel-layer groups.
+- each of its host rows is deleted, so admission no longer counts that host.
+
+Its channels need no cleaning: on Redis pub/sub (config/settings.py) a
+channel's subscriptions end with the Redis connection of the process that
+held it.
 
 """
 import logging
@@ -35,8 +38,6 @@ import threading
 import uuid
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -94,8 +95,9 @@ RESET_EVENTS = {"session": {"type": "session.reset"}, "host": {"type": "host.res
 
 def _websockets_reset() -> None:
     """Reaped while alive (stalled past PROCESS_TIMEOUT): the reaper ended our
-    sessions and dropped our hosts, and took their channels out of their groups.
-    Ask each of our websockets to close; its client reconnects and says hello."""
+    sessions and dropped our hosts, so a cold-resume may already be starting a
+    second session. Ask each of our websockets to close; its client reconnects
+    and says hello."""
     with _lock:
         sessions, hosts = list(_sessions), list(_hosts)
     for channel in sessions:
@@ -132,13 +134,6 @@ def host_detached(*, channel: str) -> None:
 
 
 # --- recovery: reap what dead processes left behind --------------------------------------------
-def _group_discard(group: str, channel: str) -> None:
-    try:
-        async_to_sync(get_channel_layer().group_discard)(group, channel)
-    except Exception:  # the group entry expires on its own
-        log.warning("could not take %s out of %s", channel, group, exc_info=True)
-
-
 def presence_reap() -> dict:
     """Close the sessions and drop the hosts of processes that stopped beating.
 
@@ -158,12 +153,10 @@ def presence_reap() -> dict:
         before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
         sessions.session_closed(member_id=member_id, channel=channel)
         SessionPresence.objects.filter(channel=channel).delete()
-        _group_discard(events.session_group(member_id), channel)
         if before:
             ended.add(member_id)
-    for channel, team_id, _ in dead_hosts:
+    for channel, _, _ in dead_hosts:
         HostPresence.objects.filter(channel=channel).delete()
-        _group_discard(events.host_group(team_id), channel)
     # Members still marked connected through a channel no process vouches for
     # (their presence row never committed, e.g. a crash inside the hello).
     vouched = SessionPresence.objects.values("channel")

@@ -5,12 +5,13 @@ These run on whatever the test run is on (scripts/test.sh runs them on SQLite +
 in-memory and on PostgreSQL + Redis); where the two databases serialise by
 different means, each test asserts the guarantee, not the mechanism.
 """
+import asyncio
 import threading
 from datetime import timedelta
 from io import StringIO
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.core.management import call_command
 from django.db import connection, transaction
@@ -180,20 +181,29 @@ def test_a_newer_session_elsewhere_is_not_closed_by_reaping_the_old_one():
 
 def test_a_live_process_reaped_by_mistake_closes_its_websockets_so_they_say_hello_again():
     team, lead, (worker,) = _team()
-    presence.session_attached(member_id=worker.pk, channel="my-channel")
-    presence.host_attached(team_id=team.pk, channel="my-host")
-    # Another process took us for dead and cleaned up: the session is ended and
-    # both channels are out of their groups, deaf to steers and start requests.
-    ServerProcess.objects.filter(pk=presence.PROCESS_ID).delete()
-    SessionPresence.objects.all().delete()
-    HostPresence.objects.all().delete()
 
-    assert presence.process_beat() is True
+    async def scenario() -> None:
+        # Real channels of this process's layer: on Redis pub/sub a channel hears
+        # only what is published after it subscribed, as a consumer's does.
+        layer = get_channel_layer()
+        session_channel, host_channel = await layer.new_channel(), await layer.new_channel()
+        await sync_to_async(presence.session_attached)(member_id=worker.pk, channel=session_channel)
+        await sync_to_async(presence.host_attached)(team_id=team.pk, channel=host_channel)
+        # Another process took us for dead and cleaned up: the session is ended and
+        # the host dropped.
+        await sync_to_async(ServerProcess.objects.filter(pk=presence.PROCESS_ID).delete)()
+        await sync_to_async(SessionPresence.objects.all().delete)()
+        await sync_to_async(HostPresence.objects.all().delete)()
 
-    layer = get_channel_layer()
-    assert async_to_sync(layer.receive)("my-channel") == {"type": "session.reset"}
-    assert async_to_sync(layer.receive)("my-host") == {"type": "host.reset"}
-    # Nothing deaf is recorded as present: the reconnecting clients record themselves.
-    assert not SessionPresence.objects.exists() and not HostPresence.objects.exists()
-    presence.session_detached(channel="my-channel")
-    presence.host_detached(channel="my-host")
+        assert await sync_to_async(presence.process_beat)() is True
+
+        assert await asyncio.wait_for(layer.receive(session_channel), 5) == {"type": "session.reset"}
+        assert await asyncio.wait_for(layer.receive(host_channel), 5) == {"type": "host.reset"}
+        # Nothing deaf is recorded as present: the reconnecting clients record themselves.
+        assert not await sync_to_async(SessionPresence.objects.exists)()
+        assert not await sync_to_async(HostPresence.objects.exists)()
+        await sync_to_async(presence.session_detached)(channel=session_channel)
+        await sync_to_async(presence.host_detached)(channel=host_channel)
+
+    async_to_sync(scenario)()
+
