@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 PROCESS_ID = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 _lock = threading.Lock()
+_beat_lock = threading.Lock()
 _registered = False
 # The websockets this process holds: channel -> member id / team id.
 _sessions: dict[str, int] = {}
@@ -64,6 +65,15 @@ def _timing(name: str) -> float:
 # --- this process -------------------------------------------------------------------------
 def process_beat() -> bool:
     """Refresh this process's row; answers True when it had to be (re)created."""
+    # One beat at a time: the first websocket's registration (a database thread)
+    # and the heartbeat (a thread of its own) both beat, and two first beats
+    # interleaved made the second take the first's row for a resurrection and
+    # close the process's brand-new websockets.
+    with _beat_lock:
+        return _beat()
+
+
+def _beat() -> bool:
     global _registered
     now = timezone.now()
     with transaction.atomic():

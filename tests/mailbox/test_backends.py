@@ -207,3 +207,39 @@ def test_a_live_process_reaped_by_mistake_closes_its_websockets_so_they_say_hell
 
     async_to_sync(scenario)()
 
+
+def test_two_first_beats_at_once_do_not_take_a_fresh_process_for_a_reaped_one(monkeypatch):
+    """The heartbeat thread and the first websocket's registration both beat at start-up.
+    Interleaved, the second saw the first's new row as a resurrection and closed the
+    process's first websockets (code 4012)."""
+    resets = []
+    monkeypatch.setattr(presence, "_websockets_reset", lambda: resets.append(True))
+    both_missed = threading.Barrier(2)
+    create = ServerProcess.objects.update_or_create
+
+    def create_after_both_looked(*args, **kwargs):
+        # Give the other beat the chance to look too before this one creates the row.
+        try:
+            both_missed.wait(timeout=0.5)
+        except threading.BrokenBarrierError:
+            pass  # the other beat is not looking meanwhile: beats are one at a time
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ServerProcess.objects, "update_or_create", create_after_both_looked)
+    answers = []
+
+    def beat():
+        try:
+            answers.append(presence.process_beat())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=beat) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+
+    assert sorted(answers) == [False, True]  # one registered the process, the other refreshed it
+    assert resets == []
+    assert ServerProcess.objects.filter(pk=presence.PROCESS_ID).count() == 1
