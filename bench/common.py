@@ -256,6 +256,19 @@ class Fleet:
                 delivered.append(done - s.t_send)
         return accepted, delivered, missing
 
+    def stages(self, load: Load) -> dict[str, list[float]]:
+        """Where send→delivered goes: until the session first saw the steer, held
+        there for an earlier seq, then its entry's round trip to the ack."""
+        stages = {"send→first steer": [], "steer→entry sent": [], "entry sent→ack": []}
+        for s in load.sent:
+            agent = self.agents[s.target]
+            marks = [s.t_send, agent.first_seen.get(s.message_id), agent.entry_sent_at.get(s.message_id),
+                     agent.acked_at.get(s.message_id)]
+            for values, start, end in zip(stages.values(), marks, marks[1:]):
+                if start is not None and end is not None:
+                    values.append(end - start)
+        return stages
+
     async def close(self) -> None:
         await asyncio.gather(*(a.stop() for a in self.agents.values()))
         for client in self.http:

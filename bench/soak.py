@@ -74,6 +74,8 @@ async def run(args) -> int:
               f"{sum(a.connects for a in fleet.agents.values()) - len(names)} reconnects")
         print(f"  send→accepted  p50 {ms(pct(accepted, 50))}  p95 {ms(pct(accepted, 95))}  p99 {ms(pct(accepted, 99))}")
         print(f"  send→delivered p50 {ms(pct(delivered, 50))}  p95 {ms(pct(delivered, 95))}  p99 {ms(pct(delivered, 99))}")
+        for label, values in fleet.stages(load).items():
+            print(f"  {label:<17}p50 {ms(pct(values, 50))}  p95 {ms(pct(values, 95))}  p99 {ms(pct(values, 99))}")
         print(f"  checker: {'OK' if audit.ok and not missing else 'FAILED'}: {audit.summary()}; "
               f"{missing} sent messages not acknowledged by their session")
         if not audit.ok:

@@ -30,6 +30,7 @@ class WireAgent:
         self.held: dict[int, dict] = {}  # seq -> message that arrived after a gap
         self.unacked: dict[str, dict] = {}  # entry id -> entry
         self.first_seen: dict[str, float] = {}  # message id -> monotonic time of its first steer
+        self.entry_sent_at: dict[str, float] = {}  # message id -> monotonic time its entry was first sent
         self.acked_at: dict[str, float] = {}  # message id -> monotonic time its entry was acknowledged
         self.connects = 0
         self.errors: list[dict] = []
@@ -134,6 +135,7 @@ class WireAgent:
         self.integrated.append(message["id"])
         self.integrated_set.add(message["id"])
         self.unacked[entry["id"]] = entry
+        self.entry_sent_at.setdefault(message["id"], time.monotonic())
         await ws.send(json.dumps({"type": "entry", "entry": entry}))
 
     @property
