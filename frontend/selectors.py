@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from frontend.markdown import markdown_html
+from mailbox import db
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
@@ -186,7 +187,13 @@ def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
 
 
 def team_snapshot(*, team: Team) -> dict:
-    """Everything the team page shows, read from the database in one bounded pass."""
+    """Everything the team page shows, read from the database in one bounded pass
+    that sees one moment: a message delivered meanwhile is in one column, not two."""
+    with db.read_snapshot():
+        return _team_snapshot(team=team)
+
+
+def _team_snapshot(*, team: Team) -> dict:
     counts = mailbox_selectors.member_counts(team=team)
     prompts = list(
         HumanPrompt.objects.filter(team=team, state__in=[PromptState.QUEUED, PromptState.STARTED])

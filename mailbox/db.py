@@ -19,12 +19,13 @@ A connection that raised a database error is closed after that call, and the
 next call on that thread opens a fresh one.
 """
 import asyncio
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import SyncToAsync
 from django.conf import settings
-from django.db import connections
+from django.db import connection, connections, transaction
 
 _executors: dict[str, ThreadPoolExecutor] = {}
 _executors_lock = threading.Lock()
@@ -113,3 +114,33 @@ def close_all(timeout: float = 30) -> None:
         for future in [pool.submit(close_here) for _ in range(size)]:
             future.result(timeout)
         pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def read_snapshot():
+    """Several reads that see one moment of the database, for a page that shows
+    a message in exactly one state column while deliveries commit around it.
+
+    PostgreSQL: a READ ONLY, REPEATABLE READ transaction (READ COMMITTED gives
+    each statement a newer snapshot). SQLite: a deferred read transaction,
+    which WAL keeps on one snapshot without blocking writers (``atomic()``
+    would BEGIN IMMEDIATE here and take the write lock for the whole read).
+    Inside an enclosing transaction (tests) the reads just join it."""
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+    elif connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")  # nothing was written; ends the read
+    else:
+        with transaction.atomic():
+            yield

@@ -247,3 +247,46 @@ def test_team_list_reads_only_pending_messages_however_many_were_delivered():
     large, large_queries = measure(1500)
     assert large_queries == small_queries
     assert large["messages"] == {"queued": 0, "accepted": 0, "delivered": 1500}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only():
+    """The snapshot reads counts, then each state's list; a delivery committing in
+    between showed one message both as queued (or accepted) and as delivered."""
+    import threading
+
+    from mailbox import delivery
+
+    team, lead, impl = _team("moment")
+    sent = delivery.message_enqueue(sender=lead, target_name="implementer", content="hello")
+    entry = {"id": "e1", "kind": "user_message", "source": {"kind": "team-message", "message_id": sent.id}}
+    delivered_meanwhile = []
+
+    def deliver_after_the_first_read(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not delivered_meanwhile and sql.lstrip().upper().startswith("SELECT"):
+            delivered_meanwhile.append(None)
+            # Another connection commits the delivery between two of the snapshot's reads.
+            worker = threading.Thread(target=deliver)
+            worker.start()
+            worker.join(30)
+        return result
+
+    def deliver():
+        try:
+            delivery.entry_record(member=impl, entry=entry)
+            delivered_meanwhile[0] = TeamMessage.objects.get(pk=sent.id).state
+        finally:
+            connection.close()
+
+    with connection.execute_wrapper(deliver_after_the_first_read):
+        snapshot = selectors.team_snapshot(team=team)
+
+    assert delivered_meanwhile[0] == MessageState.DELIVERED  # it did commit during the read
+    lane = next(m for m in snapshot["members"] if m["name"] == "implementer")
+    columns = [state for state, listed in lane["messages"].items() if any(m["id"] == sent.id for m in listed)]
+    assert columns == ["queued"]  # the moment the read began
+    assert lane["counts"] == {"queued": 1, "accepted": 0, "delivered": 0}
+    # The next read sees the delivery.
+    lane = next(m for m in selectors.team_snapshot(team=team)["members"] if m["name"] == "implementer")
+    assert [m["id"] for m in lane["messages"]["delivered"]] == [sent.id] and lane["counts"]["delivered"] == 1
