@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import httpx
@@ -28,6 +29,26 @@ TEAM_TOOLS = (
     "team_task_get",
     "team_task_update",
 )
+
+
+_answers_seen: dict[str, int] = {}
+
+
+def crash_point(tool: str) -> None:
+    """A hard kill at a known point, for tests that inject it on purpose: with
+    ``STEERBOARD_AGENTS_CRASH_AT=<tool>`` or ``<tool>:N`` in its environment the
+    process ends at once (``os._exit``, as ``kill -9``: every session it runs goes
+    with it) when the Nth successful answer to that tool arrives, before the
+    session writes the result to its history."""
+    spec = os.environ.get("STEERBOARD_AGENTS_CRASH_AT")
+    if not spec:
+        return
+    name, _, nth = spec.partition(":")
+    if name != tool:
+        return
+    _answers_seen[tool] = _answers_seen.get(tool, 0) + 1
+    if _answers_seen[tool] >= int(nth or 1):
+        os._exit(137)
 
 
 class ToolError(Exception):
@@ -86,6 +107,7 @@ class ServerClient:
             timeout = body.get("timeout_ms", 30_000) / 1000 + 30
         response, ambiguous = await self._request("POST", f"/api/v1/tools/{name}", json=body, timeout=timeout)
         if response.status_code == 200:
+            crash_point(name)
             return response.json()
         error = _error_of(response)
         if ambiguous or repeat:

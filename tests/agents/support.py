@@ -19,8 +19,9 @@ class AgentProcess:
     """``python -m agents host|run`` as a child process with its own log file."""
 
     def __init__(self, environment, command: str, server_url: str, token: str, model: str = "keyless", name: str = "",
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None):
         self.environment = environment
+        self.extra_env = env or {}
         self.args = [sys.executable, "-m", "agents", command, "--server", server_url, "--token", token,
                      "--model", model, "--max-backoff", "0.5", "-v", *extra]
         self.log_path = environment.tmp_path / f"agents-{name or command}-{time.monotonic_ns()}.log"
@@ -28,7 +29,7 @@ class AgentProcess:
 
     def start(self) -> "AgentProcess":
         self._log = open(self.log_path, "ab")
-        env = {k: v for k, v in self.environment.env.items() if k != "DJANGO_SETTINGS_MODULE"}
+        env = {k: v for k, v in self.environment.env.items() if k != "DJANGO_SETTINGS_MODULE"} | self.extra_env
         self.proc = subprocess.Popen(self.args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         return self
@@ -65,10 +66,10 @@ class Team:
         self.processes: list[AgentProcess] = []
 
     # --- processes ------------------------------------------------------------------
-    def start_host(self, model: str = "keyless", state=None) -> AgentProcess:
+    def start_host(self, model: str = "keyless", state=None, env: dict[str, str] | None = None) -> AgentProcess:
         extra = ("--state", str(state)) if state else ()
         proc = AgentProcess(self.environment, "host", self.server.url, self.host_token, model, name=f"host-{self.name}",
-                            extra=extra).start()
+                            extra=extra, env=env).start()
         self.processes.append(proc)
         return proc
 
