@@ -100,14 +100,25 @@ class AgentConsumer(_JsonFrames):
             await self.send_json({"type": "error", **exc.as_wire()})
 
     # channel-layer events -> frames
+    def _mine(self, event) -> bool:
+        """Events go to the member's session group, but each names the session that
+        speaks for the member now. Another websocket still in the group (an older
+        session not yet gone, or one on a process taken for dead, which Redis
+        pub/sub keeps subscribed until that process closes it) stays quiet: it gets
+        what it is owed in the replay of its next hello."""
+        return event.get("channel", self.channel_name) == self.channel_name
+
     async def session_steer(self, event):
-        await self.send_json({"type": "steer", "message": event["message"]})
+        if self._mine(event):
+            await self.send_json({"type": "steer", "message": event["message"]})
 
     async def session_prompt(self, event):
-        await self.send_json({"type": "prompt", "prompt": event["prompt"]})
+        if self._mine(event):
+            await self.send_json({"type": "prompt", "prompt": event["prompt"]})
 
     async def session_interrupt(self, event):
-        await self.send_json({"type": "interrupt"})
+        if self._mine(event):
+            await self.send_json({"type": "interrupt"})
 
     async def session_reset(self, event):
         # This process was taken for dead and its sessions ended: reconnect and say hello again.

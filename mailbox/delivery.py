@@ -250,7 +250,14 @@ def _admission_attempt(*, target: Member, status: str, has_host: bool | None, pe
         group = events.session_group(target.pk)
         for message in pending:
             faults.inject("push")
-            events.send_now(group, {"type": "session.steer", "message": message_wire(message, target_name=target.name)})
+            events.send_now(
+                group,
+                {
+                    "type": "session.steer",
+                    "message": message_wire(message, target_name=target.name),
+                    "channel": target.session_channel,
+                },
+            )
     elif status == Status.RETIRED:
         raise faults.TemporaryDeliveryError(f"{target.name} is retired")
     elif not has_host:

@@ -93,7 +93,7 @@ def member_interrupt(*, lead: Member, target_name: str) -> str:
         raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "The Lead cannot interrupt itself.")
     previous = target.status
     if previous == Status.RUNNING:
-        events.send_now(events.session_group(target.pk), {"type": "session.interrupt"})
+        events.send_now(events.session_group(target.pk), {"type": "session.interrupt", "channel": target.session_channel})
     return previous
 
 
@@ -188,6 +188,7 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
             events.session_group(member.pk),
             {
                 "type": "session.prompt",
+                "channel": member.session_channel,
                 "prompt": {"id": prompt.id, "author": prompt.author.get_username(), "content": prompt.content},
             },
         )

@@ -1,4 +1,4 @@
-"""mailbox/consumers.py: channel-layer events that end a websocket."""
+"""mailbox/consumers.py: channel-layer events that end a websocket, and which websocket an event is for."""
 import asyncio
 
 import pytest
@@ -7,7 +7,7 @@ from channels.layers import get_channel_layer
 
 from mailbox.models import HostPresence
 from teams.models import Member
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,3 +42,28 @@ async def test_a_reset_closes_a_host_websocket_with_reconnect_code(api):
 
     closed = await host.comm.receive_output(timeout=5)
     assert closed == {"type": "websocket.close", "code": 4012}
+
+
+async def test_only_the_session_that_speaks_for_the_member_gets_its_steers_prompts_and_interrupts(api):
+    """Two websockets of one member in its session group: the newer hello took over.
+    The older one (not gone yet, or on a process taken for dead that Redis pub/sub
+    keeps subscribed) must not steer a second copy of the agent."""
+    team = await team_new()
+    first_token = await spawn(api, team["lead"], "alpha", "impl")
+    older, newer = Agent(first_token), Agent(await token_for("alpha", "impl"))
+    await older.connect(status="running")
+    await newer.connect(status="running")
+
+    sent = await api.ok(team["lead"], "send_message", target="impl", message="for the current session")
+    steer = await newer.expect("steer")
+    assert steer["message"]["id"] == sent["message_id"]
+    assert (await api.ok(team["lead"], "interrupt_agent", target="impl"))
+    await newer.expect("interrupt")
+    assert await older.nothing("steer") and await older.nothing("interrupt")
+
+    # Its next hello makes the older one current again; the replay brings what it missed.
+    await older.send({"type": "hello", "status": "running"})
+    welcome = await older.expect("welcome")
+    assert welcome["replay"] == 1 and (await older.expect("steer"))["message"]["id"] == sent["message_id"]
+    await older.close()
+    await newer.close()
