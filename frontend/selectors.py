@@ -33,12 +33,23 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def message_view(message: TeamMessage) -> dict:
+def message_view(message: TeamMessage, *, render_later: list | None = None) -> dict:
+    """The message as the page shows it. With ``render_later`` its Markdown is left
+    for the caller to render (``_render``), after a read transaction has ended."""
     out = mailbox_selectors.message_out(message)
     content = out.pop("content")
-    out["html"] = markdown_html(content)
     out["bytes"] = len(content.encode("utf-8"))
+    if render_later is None:
+        out["html"] = markdown_html(content)
+    else:
+        out["html"] = ""
+        render_later.append((out, content))
     return out
+
+
+def _render(render_later: list) -> None:
+    for out, content in render_later:
+        out["html"] = markdown_html(content)
 
 
 def _latency_point(message: TeamMessage) -> dict | None:
@@ -166,7 +177,7 @@ def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict]
     return turns, running
 
 
-def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
+def _messages_for(member: Member, render_later: list) -> tuple[dict[str, list[dict]], list[dict]]:
     pending = mailbox_selectors.pending_of(target=member, limit=PENDING_WINDOW)
     # Not joined to the target (we have it): with that join SQLite's planner left
     # the (target, state, seq) index for a walk of the whole inbox.
@@ -178,9 +189,15 @@ def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
     for message in delivered:
         message.target = member
     by_state = {
-        MessageState.QUEUED.value: [message_view(m) for m in pending if m.state == MessageState.QUEUED],
-        MessageState.ACCEPTED.value: [message_view(m) for m in pending if m.state == MessageState.ACCEPTED],
-        MessageState.DELIVERED.value: [message_view(m) for m in delivered[:DELIVERED_WINDOW]],
+        MessageState.QUEUED.value: [
+            message_view(m, render_later=render_later) for m in pending if m.state == MessageState.QUEUED
+        ],
+        MessageState.ACCEPTED.value: [
+            message_view(m, render_later=render_later) for m in pending if m.state == MessageState.ACCEPTED
+        ],
+        MessageState.DELIVERED.value: [
+            message_view(m, render_later=render_later) for m in delivered[:DELIVERED_WINDOW]
+        ],
     }
     latency = [p for p in (_latency_point(m) for m in reversed(delivered)) if p]
     return by_state, latency
@@ -189,11 +206,16 @@ def _messages_for(member: Member) -> tuple[dict[str, list[dict]], list[dict]]:
 def team_snapshot(*, team: Team) -> dict:
     """Everything the team page shows, read from the database in one bounded pass
     that sees one moment: a message delivered meanwhile is in one column, not two."""
+    render_later: list = []
     with db.read_snapshot():
-        return _team_snapshot(team=team)
+        snapshot = _team_snapshot(team=team, render_later=render_later)
+    # Markdown is CPU, not reads: outside the read transaction, which then stays
+    # short (a long one holds back SQLite's WAL checkpoints and PostgreSQL's vacuum).
+    _render(render_later)
+    return snapshot
 
 
-def _team_snapshot(*, team: Team) -> dict:
+def _team_snapshot(*, team: Team, render_later: list) -> dict:
     counts = mailbox_selectors.member_counts(team=team)
     prompts = list(
         HumanPrompt.objects.filter(team=team, state__in=[PromptState.QUEUED, PromptState.STARTED])
@@ -203,7 +225,7 @@ def _team_snapshot(*, team: Team) -> dict:
     members = []
     for member in team_selectors.member_list(team_id=team.pk):
         status = member.status
-        messages, latency = _messages_for(member)
+        messages, latency = _messages_for(member, render_later)
         rows = list(HistoryEntry.objects.filter(member=member).order_by("-id")[:HISTORY_WINDOW])
         rows.reverse()
         turns, current_turn = timeline_build(rows, status=status)

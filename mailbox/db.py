@@ -125,7 +125,9 @@ def read_snapshot():
     each statement a newer snapshot). SQLite: a deferred read transaction,
     which WAL keeps on one snapshot without blocking writers (``atomic()``
     would BEGIN IMMEDIATE here and take the write lock for the whole read).
-    Inside an enclosing transaction (tests) the reads just join it."""
+    Inside an enclosing transaction (tests) the reads just join it. Only reads
+    belong inside: on SQLite Django does not know of the transaction, so an
+    ``atomic()`` in the body would fail to BEGIN."""
     if connection.in_atomic_block:
         yield
     elif connection.vendor == "postgresql":
@@ -134,13 +136,21 @@ def read_snapshot():
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
     elif connection.vendor == "sqlite":
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw.in_transaction:  # already in one (Django does not know of it): read there
+            yield
+            return
         with connection.cursor() as cursor:
             cursor.execute("BEGIN DEFERRED")
         try:
             yield
         finally:
-            with connection.cursor() as cursor:
-                cursor.execute("COMMIT")  # nothing was written; ends the read
+            # Nothing was written; this only ends the read. SQLite may already have
+            # ended it (after some errors): then there is nothing to end, and the
+            # body's own error is the one that propagates.
+            if raw.in_transaction:
+                raw.commit()
     else:
         with transaction.atomic():
             yield
