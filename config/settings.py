@@ -121,7 +121,9 @@ if REDIS_URL:
             # seconds (docs/performance.md, "Doorbells through Redis").
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+                # A publish runs inside admission, under the target's row lock: one that
+                # hangs fails after 5 s, and the messages stay queued for recovery.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 5, "socket_connect_timeout": 5}],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
             },
         }

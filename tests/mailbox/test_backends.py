@@ -211,7 +211,9 @@ def test_a_live_process_reaped_by_mistake_closes_its_websockets_so_they_say_hell
 def test_two_first_beats_at_once_do_not_take_a_fresh_process_for_a_reaped_one(monkeypatch):
     """The heartbeat thread and the first websocket's registration both beat at start-up.
     Interleaved, the second saw the first's new row as a resurrection and closed the
-    process's first websockets (code 4012)."""
+    process's first websockets (code 4012). The race is PostgreSQL's (READ COMMITTED):
+    on SQLite the second beat already waits at BEGIN IMMEDIATE, so there this test
+    passes with or without the lock; the PostgreSQL run is the one that guards it."""
     resets = []
     monkeypatch.setattr(presence, "_websockets_reset", lambda: resets.append(True))
     both_missed = threading.Barrier(2)
