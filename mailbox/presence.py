@@ -26,9 +26,11 @@ row is older than ``PROCESS_TIMEOUT`` as dead:
   a live host to cold-resume it;
 - each of its host rows is deleted, so admission no longer counts that host.
 
-Its channels need no cleaning: on Redis pub/sub (config/settings.py) a
-channel's subscriptions end with the Redis connection of the process that
-held it.
+Its channels need no cleaning: on Redis pub/sub (config/settings.py) a dead
+process's subscriptions end with its Redis connection. A live process taken
+for dead stays subscribed until its next beat closes its websockets; until
+then they forward nothing, because every session event names the member's
+current session channel (mailbox/consumers.py).
 
 """
 import logging
