@@ -57,14 +57,13 @@ class AgentConsumer(_JsonFrames):
         if self.member is None:
             await self.close(code=4401)
             return
-        self.group = events.session_group(self.member.pk)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        # No group: what is for this member's session is sent to the channel its
+        # hello records as the member's current one (mailbox/events.py).
         await self.accept()
 
     async def disconnect(self, code):
         if self.member is None:
             return
-        await self.channel_layer.group_discard(self.group, self.channel_name)
         if self.said_hello:
             await database_sync_to_async(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
 
@@ -100,25 +99,14 @@ class AgentConsumer(_JsonFrames):
             await self.send_json({"type": "error", **exc.as_wire()})
 
     # channel-layer events -> frames
-    def _mine(self, event) -> bool:
-        """Events go to the member's session group, but each names the session that
-        speaks for the member now. Another websocket still in the group (an older
-        session not yet gone, or one on a process taken for dead, which Redis
-        pub/sub keeps subscribed until that process closes it) stays quiet: it gets
-        what it is owed in the replay of its next hello."""
-        return event.get("channel", self.channel_name) == self.channel_name
-
     async def session_steer(self, event):
-        if self._mine(event):
-            await self.send_json({"type": "steer", "message": event["message"]})
+        await self.send_json({"type": "steer", "message": event["message"]})
 
     async def session_prompt(self, event):
-        if self._mine(event):
-            await self.send_json({"type": "prompt", "prompt": event["prompt"]})
+        await self.send_json({"type": "prompt", "prompt": event["prompt"]})
 
     async def session_interrupt(self, event):
-        if self._mine(event):
-            await self.send_json({"type": "interrupt"})
+        await self.send_json({"type": "interrupt"})
 
     async def session_reset(self, event):
         # This process was taken for dead and its sessions ended: reconnect and say hello again.

@@ -7,7 +7,7 @@ from           event                                        to            Lead l
 =============  ===========================================  ============  ==========================
 (none)         send_message commits the snapshot            queued        team/message/queued
 queued         admission: target running or idle, steer     accepted      team/message/accepted
-               pushed to its session group
+               pushed to its current session's channel
 queued         admission: target inactive, a host is        accepted      team/message/accepted
                connected and asked to resume it
 queued         temporary inspection/resume/admission        queued        team/message/failed
@@ -247,16 +247,12 @@ def _admission_attempt(*, target: Member, status: str, has_host: bool | None, pe
     faults.inject("inspection")
     if status in (Status.RUNNING, Status.IDLE):
         faults.inject("admission")
-        group = events.session_group(target.pk)
         for message in pending:
             faults.inject("push")
             events.send_now(
-                group,
-                {
-                    "type": "session.steer",
-                    "message": message_wire(message, target_name=target.name),
-                    "channel": target.session_channel,
-                },
+                target.session_channel,  # read under the row lock a hello's takeover also takes
+                {"type": "session.steer", "message": message_wire(message, target_name=target.name)},
+                to_channel=True,
             )
     elif status == Status.RETIRED:
         raise faults.TemporaryDeliveryError(f"{target.name} is retired")

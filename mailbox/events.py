@@ -2,6 +2,11 @@
 
 Every publish is a doorbell: at most once, possibly lost, always recoverable
 from the database. Publishes that describe a write go out after its commit.
+What is for an agent session (steer, prompt, interrupt) goes to the one
+channel that speaks for the member now, ``Member.session_channel``, not to a
+group: an older websocket of the member, or one on a process taken for dead
+that Redis pub/sub keeps subscribed, hears nothing and catches up in the
+replay of its next hello.
 """
 import asyncio
 import logging
@@ -16,10 +21,6 @@ log = logging.getLogger(__name__)
 _in_flight: set[asyncio.Task] = set()
 
 
-def session_group(member_id: int) -> str:
-    return f"session.{member_id}"
-
-
 def host_group(team_id: int) -> str:
     return f"host.{team_id}"
 
@@ -28,9 +29,11 @@ def dashboard_group(team_id: int) -> str:
     return f"dashboard.{team_id}"
 
 
-def send_now(group: str, event: dict) -> None:
-    """Publish at once; raises when the channel layer is down (admission uses that)."""
-    async_to_sync(get_channel_layer().group_send)(group, event)
+def send_now(name: str, event: dict, *, to_channel: bool = False) -> None:
+    """Publish at once to the group ``name`` (or the one channel ``name``); raises
+    when the channel layer is down (admission uses that)."""
+    layer = get_channel_layer()
+    async_to_sync(layer.send if to_channel else layer.group_send)(name, event)
 
 
 async def _publish(name: str, event: dict, to_channel: bool = False) -> None:
@@ -67,8 +70,8 @@ def channel_send_quietly(channel: str, event: dict) -> None:
     _send_quietly(channel, event, to_channel=True)
 
 
-def send_after_commit(group: str, event: dict) -> None:
-    transaction.on_commit(lambda: _send_quietly(group, event))
+def send_after_commit(name: str, event: dict, *, to_channel: bool = False) -> None:
+    transaction.on_commit(lambda: _send_quietly(name, event, to_channel))
 
 
 def dashboard_notify(team_id: int, kind: str, **data) -> None:

@@ -29,8 +29,8 @@ row is older than ``PROCESS_TIMEOUT`` as dead:
 Its channels need no cleaning: on Redis pub/sub (config/settings.py) a dead
 process's subscriptions end with its Redis connection. A live process taken
 for dead stays subscribed until its next beat closes its websockets; until
-then they forward nothing, because every session event names the member's
-current session channel (mailbox/consumers.py).
+then they hear nothing, because what is for a session goes to the member's
+current session channel only (mailbox/events.py).
 
 """
 import logging

@@ -93,7 +93,7 @@ def member_interrupt(*, lead: Member, target_name: str) -> str:
         raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "The Lead cannot interrupt itself.")
     previous = target.status
     if previous == Status.RUNNING:
-        events.send_now(events.session_group(target.pk), {"type": "session.interrupt", "channel": target.session_channel})
+        events.send_now(target.session_channel, {"type": "session.interrupt"}, to_channel=True)
     return previous
 
 
@@ -185,11 +185,11 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
         prompt.pushed_at = timezone.now()
         prompt.save(update_fields=["pushed_at"])
         events.send_after_commit(
-            events.session_group(member.pk),
+            member.session_channel,
             {
                 "type": "session.prompt",
-                "channel": member.session_channel,
                 "prompt": {"id": prompt.id, "author": prompt.author.get_username(), "content": prompt.content},
             },
+            to_channel=True,
         )
     return prompt

@@ -45,9 +45,9 @@ async def test_a_reset_closes_a_host_websocket_with_reconnect_code(api):
 
 
 async def test_only_the_session_that_speaks_for_the_member_gets_its_steers_prompts_and_interrupts(api):
-    """Two websockets of one member in its session group: the newer hello took over.
-    The older one (not gone yet, or on a process taken for dead that Redis pub/sub
-    keeps subscribed) must not steer a second copy of the agent."""
+    """Two websockets of one member: the newer hello took over. The older one (not
+    gone yet, or on a process taken for dead that Redis pub/sub keeps subscribed)
+    must not steer a second copy of the agent."""
     team = await team_new()
     first_token = await spawn(api, team["lead"], "alpha", "impl")
     older, newer = Agent(first_token), Agent(await token_for("alpha", "impl"))
