@@ -33,23 +33,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
 
 
-def message_view(message: TeamMessage, *, render_later: list | None = None) -> dict:
-    """The message as the page shows it. With ``render_later`` its Markdown is left
-    for the caller to render (``_render``), after a read transaction has ended."""
+def message_view(message: TeamMessage) -> dict:
     out = mailbox_selectors.message_out(message)
     content = out.pop("content")
+    out["html"] = markdown_html(content)
     out["bytes"] = len(content.encode("utf-8"))
-    if render_later is None:
-        out["html"] = markdown_html(content)
-    else:
-        out["html"] = ""
-        render_later.append((out, content))
     return out
-
-
-def _render(render_later: list) -> None:
-    for out, content in render_later:
-        out["html"] = markdown_html(content)
 
 
 def _latency_point(message: TeamMessage) -> dict | None:
@@ -177,7 +166,7 @@ def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict]
     return turns, running
 
 
-def _messages_for(member: Member, render_later: list) -> tuple[dict[str, list[dict]], list[dict]]:
+def _messages_for(member: Member) -> tuple[dict[str, list[TeamMessage]], list[dict]]:
     pending = mailbox_selectors.pending_of(target=member, limit=PENDING_WINDOW)
     # Not joined to the target (we have it): with that join SQLite's planner left
     # the (target, state, seq) index for a walk of the whole inbox.
@@ -189,15 +178,9 @@ def _messages_for(member: Member, render_later: list) -> tuple[dict[str, list[di
     for message in delivered:
         message.target = member
     by_state = {
-        MessageState.QUEUED.value: [
-            message_view(m, render_later=render_later) for m in pending if m.state == MessageState.QUEUED
-        ],
-        MessageState.ACCEPTED.value: [
-            message_view(m, render_later=render_later) for m in pending if m.state == MessageState.ACCEPTED
-        ],
-        MessageState.DELIVERED.value: [
-            message_view(m, render_later=render_later) for m in delivered[:DELIVERED_WINDOW]
-        ],
+        MessageState.QUEUED.value: [m for m in pending if m.state == MessageState.QUEUED],
+        MessageState.ACCEPTED.value: [m for m in pending if m.state == MessageState.ACCEPTED],
+        MessageState.DELIVERED.value: delivered[:DELIVERED_WINDOW],
     }
     latency = [p for p in (_latency_point(m) for m in reversed(delivered)) if p]
     return by_state, latency
@@ -206,16 +189,17 @@ def _messages_for(member: Member, render_later: list) -> tuple[dict[str, list[di
 def team_snapshot(*, team: Team) -> dict:
     """Everything the team page shows, read from the database in one bounded pass
     that sees one moment: a message delivered meanwhile is in one column, not two."""
-    render_later: list = []
     with db.read_snapshot():
-        snapshot = _team_snapshot(team=team, render_later=render_later)
-    # Markdown is CPU, not reads: outside the read transaction, which then stays
-    # short (a long one holds back SQLite's WAL checkpoints and PostgreSQL's vacuum).
-    _render(render_later)
+        snapshot = _team_snapshot(team=team)
+    # The messages' Markdown is CPU, not reads: rendered after the read transaction,
+    # which then stays short (a long one holds back SQLite's WAL checkpoints and
+    # PostgreSQL's vacuum).
+    for lane in snapshot["members"]:
+        lane["messages"] = {state: [message_view(m) for m in listed] for state, listed in lane["messages"].items()}
     return snapshot
 
 
-def _team_snapshot(*, team: Team, render_later: list) -> dict:
+def _team_snapshot(*, team: Team) -> dict:
     counts = mailbox_selectors.member_counts(team=team)
     prompts = list(
         HumanPrompt.objects.filter(team=team, state__in=[PromptState.QUEUED, PromptState.STARTED])
@@ -225,7 +209,7 @@ def _team_snapshot(*, team: Team, render_later: list) -> dict:
     members = []
     for member in team_selectors.member_list(team_id=team.pk):
         status = member.status
-        messages, latency = _messages_for(member, render_later)
+        messages, latency = _messages_for(member)
         rows = list(HistoryEntry.objects.filter(member=member).order_by("-id")[:HISTORY_WINDOW])
         rows.reverse()
         turns, current_turn = timeline_build(rows, status=status)

@@ -135,7 +135,7 @@ def read_snapshot():
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
-    elif connection.vendor == "sqlite":
+    else:  # SQLite, the only other database the project runs on
         connection.ensure_connection()
         raw = connection.connection
         if raw.in_transaction:  # already in one (Django does not know of it): read there
@@ -151,6 +151,3 @@ def read_snapshot():
             # body's own error is the one that propagates.
             if raw.in_transaction:
                 raw.commit()
-    else:
-        with transaction.atomic():
-            yield
