@@ -157,18 +157,16 @@ def presence_reap() -> dict:
     live = set(ServerProcess.objects.filter(last_seen__gte=cutoff).values_list("pk", flat=True))
     live.add(PROCESS_ID)
     dead_sessions = list(
-        SessionPresence.objects.exclude(process_id__in=live).values_list("channel", "member_id", "process_id")[:1000]
+        SessionPresence.objects.exclude(process_id__in=live).values_list("channel", "member_id")[:1000]
     )
-    dead_hosts = list(HostPresence.objects.exclude(process_id__in=live).values_list("channel", "team_id", "process_id")[:1000])
     ended: set[int] = set()
-    for channel, member_id, _ in dead_sessions:
+    for channel, member_id in dead_sessions:
         before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
-        sessions.session_closed(member_id=member_id, channel=channel)
-        SessionPresence.objects.filter(channel=channel).delete()
+        sessions.session_closed(member_id=member_id, channel=channel)  # drops its presence row too
         if before:
             ended.add(member_id)
-    for channel, _, _ in dead_hosts:
-        HostPresence.objects.filter(channel=channel).delete()
+    # A dead process's host rows only count hosts that are gone: one DELETE.
+    hosts_dropped, _ = HostPresence.objects.exclude(process_id__in=live).delete()
     # Members still marked connected through a channel no process vouches for
     # (their presence row never committed, e.g. a crash inside the hello).
     vouched = SessionPresence.objects.values("channel")
@@ -192,5 +190,5 @@ def presence_reap() -> dict:
     return {
         "dead_processes": len(dead_ids),
         "sessions_closed": len(ended),
-        "hosts_dropped": len(dead_hosts),
+        "hosts_dropped": hosts_dropped,
     }
