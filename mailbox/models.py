@@ -29,9 +29,11 @@ class TeamMessage(models.Model):
     """
 
     id = models.CharField(primary_key=True, max_length=64, default=message_id_new, editable=False)
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="messages")
+    # No index of their own: (team, -queued_at) and (target, seq) lead with these
+    # columns, and every send would pay for the extra index (delivery's hot path).
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="messages", db_index=False)
     sender = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="sent_messages")
-    target = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="inbox")
+    target = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="inbox", db_index=False)
     content = models.TextField()
     seq = models.PositiveBigIntegerField()
     thread_id = models.CharField(max_length=64, blank=True, default="")
@@ -65,7 +67,7 @@ class LogKind(models.TextChoices):
 class LeadLogRecord(models.Model):
     """One append-only record of a team's Lead log; order is the primary key."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="log")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="log", db_index=False)  # (team, id) leads
     kind = models.CharField(max_length=32, choices=LogKind.choices)
     message = models.ForeignKey(TeamMessage, null=True, blank=True, on_delete=models.CASCADE, related_name="log")
     data = models.JSONField(default=dict, blank=True)
@@ -98,7 +100,7 @@ class HistoryEntry(models.Model):
     folding: a team message enters a history at most once.
     """
 
-    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="history")
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="history", db_index=False)  # (member, ...) lead
     entry_id = models.CharField(max_length=128)
     kind = models.CharField(max_length=16, choices=EntryKind.choices)
     message_id = models.CharField(max_length=64, null=True, blank=True)
