@@ -15,6 +15,7 @@ from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
+from mailbox.api import tool_calls  # noqa: E402
 from mailbox.mcp_server import mcp_app  # noqa: E402
 
 
@@ -73,9 +74,12 @@ agent_api_app = RequestThreads(AgentApiHandler())
 
 
 async def http_app(scope, receive, send):
-    """/mcp is the Team tools' MCP endpoint (mailbox/mcp_server.py); the agents'
-    bearer-token endpoints skip the browser middleware; every other path is Django's."""
+    """A tool call is a plain ASGI app (mailbox/api/tool_calls.py); /mcp is the Team
+    tools' MCP endpoint (mailbox/mcp_server.py); the agents' other bearer-token
+    endpoints skip the browser middleware; every other path is Django's."""
     path = scope.get("path", "")
+    if tool_calls.handles(scope):  # the agents' tool calls: no Django request cycle at all
+        return await tool_calls.app(scope, receive, send)
     if path == "/mcp" or path.startswith("/mcp/"):
         return await mcp_app(scope, receive, send)
     if path.startswith(AGENT_API_PREFIXES):

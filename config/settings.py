@@ -197,4 +197,9 @@ STEERBOARD = {
     # Threads (each with its own long-lived connection) that run a server process's
     # database work (mailbox/db.py); 0: one on SQLite, eight on PostgreSQL.
     "DB_THREADS": _env_int("STEERBOARD_DB_THREADS", 0),
+    # Seconds a process keeps a member token's lookup (mailbox/auth.py): a deleted
+    # token stops working within this bound.
+    "TOKEN_CACHE_SECONDS": _env_float("STEERBOARD_TOKEN_CACHE_SECONDS", 5.0),
+    # Count this process's SQL statements and commits for bench/engine.py (GET /api/v1/debug/sql).
+    "COUNT_SQL": _env_bool("STEERBOARD_COUNT_SQL", False),
 }

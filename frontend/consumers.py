@@ -6,9 +6,8 @@ so a lost doorbell or a dropped socket never leaves it stale. Only signed-in
 people get in (session cookie via AuthMiddlewareStack; the route is wrapped in
 AllowedHostsOriginValidator, see frontend/routing.py).
 """
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
-
 from mailbox import events
+from mailbox.consumers import LeanConsumer
 from mailbox.db import database_sync_to_async
 from teams.models import Team
 
@@ -23,7 +22,7 @@ def _team_ids(name: str | None) -> list[int]:
     return list(Team.objects.order_by("name").values_list("pk", flat=True)[:TEAM_LIST_WINDOW])
 
 
-class DashboardConsumer(AsyncJsonWebsocketConsumer):
+class DashboardConsumer(LeanConsumer):
     groups_joined: list[str] = []
 
     async def connect(self):

@@ -9,3 +9,9 @@ class MailboxConfig(AppConfig):
     def ready(self) -> None:
         # Registers the OpenAPI extension for member bearer tokens.
         from mailbox.api import openapi  # noqa: F401
+        from django.conf import settings
+
+        if settings.STEERBOARD.get("COUNT_SQL"):
+            from mailbox import sqlcount
+
+            sqlcount.install()

@@ -1,6 +1,21 @@
-"""Bearer-token authentication for agent sessions and hosts (REST and websockets)."""
+"""Bearer-token authentication for agent sessions and hosts (REST and websockets).
+
+A member token's lookup is cached in the process for ``TOKEN_CACHE_SECONDS``
+(5 s by default): the hot path pays for it once per interval, not once per
+call. A token whose row is deleted therefore stops working within that bound
+on every process; an unknown token is never cached, so a new one works at once.
+"""
+import hashlib
+import time
+
+from django.conf import settings
+
 from teams.models import Member, Team
 from teams.selectors import member_by_token, team_by_host_token
+
+_MAX_CACHED = 10_000
+# sha256(token) -> (expires at, member)
+_members: dict[str, tuple[float, Member]] = {}
 
 
 def bearer_from_headers(headers) -> str:
@@ -15,8 +30,33 @@ def bearer_from_headers(headers) -> str:
     return ""
 
 
+def _key(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def member_cached(token: str) -> Member | None:
+    """The member of a token looked up within the cache interval, without the database."""
+    if not token:
+        return None
+    hit = _members.get(_key(token))
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1]
+    return None
+
+
 def member_from_headers(headers) -> Member | None:
-    return member_by_token(token=bearer_from_headers(headers))
+    token = bearer_from_headers(headers)
+    if not token:
+        return None
+    member = member_cached(token)
+    if member is not None:
+        return member
+    member = member_by_token(token=token)
+    if member is not None:
+        if len(_members) >= _MAX_CACHED:
+            _members.clear()
+        _members[_key(token)] = (time.monotonic() + settings.STEERBOARD["TOKEN_CACHE_SECONDS"], member)
+    return member
 
 
 def host_team_from_headers(headers) -> Team | None:

@@ -1,16 +1,25 @@
 """Websocket consumers for agent sessions (/ws/agent/) and team hosts (/ws/host/).
 
 They only translate frames to service calls and channel-layer events to frames.
+An agent session's entries and sends go to the process's writer without
+blocking the socket: the next frame is read while they commit, and answers
+(``ack``, ``tool_result``) go out in the order their commits finish.
 """
+import asyncio
+import collections
 import json
+import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import events, sessions, sweeper, wire
+from mailbox import delivery, events, sessions, sweeper, tools, wire
 from mailbox.auth import host_team_from_headers, member_from_headers
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
+
+log = logging.getLogger(__name__)
 
 
 # The server asks the client to reconnect (this process was taken for dead;
@@ -29,7 +38,22 @@ def _validation_message(exc: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
-class _JsonFrames(AsyncJsonWebsocketConsumer):
+class LeanConsumer(AsyncJsonWebsocketConsumer):
+    """A consumer whose every frame does not cost a thread hop.
+
+    Channels' ``dispatch`` runs ``close_old_connections`` on a worker thread
+    before each handler, for consumers that use the ORM on the event loop's
+    threads. These consumers reach the database only through mailbox/db.py's
+    threads, which look after their own connections."""
+
+    async def dispatch(self, message):
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class _JsonFrames(LeanConsumer):
     """Bad JSON gets an error frame; the connection stays open."""
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
@@ -47,6 +71,10 @@ class _JsonFrames(AsyncJsonWebsocketConsumer):
         await self.receive_json(content)
 
 
+# Tool calls one socket may have in flight; more are refused until some finish.
+MAX_TOOL_CALLS_IN_FLIGHT = 64
+
+
 class AgentConsumer(_JsonFrames):
     member = None
     said_hello = False
@@ -57,6 +85,11 @@ class AgentConsumer(_JsonFrames):
         if self.member is None:
             await self.close(code=4401)
             return
+        self.writes: collections.deque[asyncio.Future] = collections.deque()  # entries not yet committed, in order
+        self.tool_calls: set[asyncio.Task] = set()
+        self.outbox: collections.deque[dict] = collections.deque()
+        self.flushing = False
+        self.steered: set[str] = set()  # message ids steered on this socket, no entry reported yet
         # No group: what is for this member's session is sent to the channel its
         # hello records as the member's current one (mailbox/events.py).
         await self.accept()
@@ -64,6 +97,9 @@ class AgentConsumer(_JsonFrames):
     async def disconnect(self, code):
         if self.member is None:
             return
+        events.session_unregister(self.channel_name)
+        for task in list(self.tool_calls):
+            task.cancel()
         if self.said_hello:
             await database_sync_to_async(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
 
@@ -73,7 +109,14 @@ class AgentConsumer(_JsonFrames):
         except ValidationError as exc:
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
+        if isinstance(frame, wire.ToolFrame):
+            self._tool_call(frame)
+            return
         try:
+            if isinstance(frame, wire.EntryFrame) and self.said_hello:
+                self._entry(frame.entry)
+                return
+            await self._writes_committed()  # a status or hello comes after the entries before it
             if isinstance(frame, wire.Hello):
                 replay = await database_sync_to_async(sessions.session_hello)(
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
@@ -83,23 +126,95 @@ class AgentConsumer(_JsonFrames):
                     {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay)}
                 )
                 for message in replay:
-                    await self.send_json({"type": "steer", "message": message})
+                    await self.session_steer({"message": message})
+                # From now on this process pushes to the session directly, after the replay.
+                events.session_register(self.channel_name, self.push, lambda: bool(self.steered))
             elif not self.said_hello:
                 await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Say hello first."))
             elif isinstance(frame, wire.StatusFrame):
                 await database_sync_to_async(sessions.session_status)(
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
                 )
-            else:
-                created = await database_sync_to_async(sessions.entry_report)(
-                    member=self.member, entry=frame.entry.as_stored()
-                )
-                await self.send_json({"type": "ack", "entry_id": frame.entry.id, "folded": not created})
         except TeamError as exc:
             await self.send_json({"type": "error", **exc.as_wire()})
 
-    # channel-layer events -> frames
+    # --- entries and tool calls: through the writer, answered in commit order ---------------
+    def _entry(self, entry: wire.Entry) -> None:
+        write = asyncio.ensure_future(delivery.entry_record_fast(member=self.member, entry=entry.as_stored()))
+        self.writes.append(write)
+        message_id = entry.source.message_id if entry.source and entry.source.kind == "team-message" else None
+        write.add_done_callback(lambda done, e=entry.id, m=message_id: self._entry_done(done, e, m))
+
+    def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
+        if self.writes and self.writes[0] is write:
+            self.writes.popleft()
+        else:
+            try:
+                self.writes.remove(write)
+            except ValueError:
+                pass
+        if write.cancelled():
+            return
+        exc = write.exception()
+        if exc is None:
+            self.steered.discard(message_id)
+            self.push({"type": "session.frame", "frame": {"type": "ack", "entry_id": entry_id, "folded": not write.result()}})
+        elif isinstance(exc, TeamError):
+            self.push({"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}})
+        else:
+            log.warning("storing an entry of %s failed", self.member, exc_info=exc)
+            self.push({"type": "session.frame", "frame": _error(ErrorCode.SERVER_ERROR, "Storing that entry failed; send it again.")})
+
+    async def _writes_committed(self) -> None:
+        while self.writes:
+            await asyncio.wait([self.writes[0]])
+
+    def _tool_call(self, frame: "wire.ToolFrame") -> None:
+        if len(self.tool_calls) >= MAX_TOOL_CALLS_IN_FLIGHT:
+            self.push({"type": "session.frame", "frame": {
+                "type": "tool_result", "id": frame.id,
+                "error": {"code": str(ErrorCode.VALIDATION_ERROR),
+                          "message": f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; "
+                                     "wait for some results."}}})
+            return
+        task = asyncio.ensure_future(self._tool_run(frame))
+        self.tool_calls.add(task)
+        task.add_done_callback(self.tool_calls.discard)
+
+    async def _tool_run(self, frame: "wire.ToolFrame") -> None:
+        answer: dict = {"type": "tool_result", "id": frame.id}
+        try:
+            answer["result"] = await tools.tool_call(member=self.member, name=frame.name, arguments=frame.arguments)
+        except TeamError as exc:
+            answer.update(exc.as_wire())
+        except Exception:
+            log.warning("tool %s of %s failed", frame.name, self.member, exc_info=True)
+            answer["error"] = {"code": str(ErrorCode.SERVER_ERROR), "message": "The server failed; this is a bug."}
+        self.push({"type": "session.frame", "frame": answer})
+
+    # --- what goes out: pushes from this process and channel-layer events, in order -------
+    def push(self, event: dict) -> None:
+        """On the event loop: queue an event for this socket; one task sends them in order."""
+        self.outbox.append(event)
+        if not self.flushing:
+            self.flushing = True
+            asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self.outbox:
+                await self.dispatch(self.outbox.popleft())
+        except Exception:
+            log.warning("sending to %s failed", self.member, exc_info=True)
+            self.outbox.clear()
+        finally:
+            self.flushing = False
+
+    async def session_frame(self, event):
+        await self.send_json(event["frame"])
+
     async def session_steer(self, event):
+        self.steered.add(event["message"]["id"])
         await self.send_json({"type": "steer", "message": event["message"]})
 
     async def session_prompt(self, event):

@@ -45,7 +45,7 @@ def threads(lane: str = "pool") -> int:
     return 1 if connections["default"].vendor == "sqlite" else 8
 
 
-def executor(lane: str = "pool") -> ThreadPoolExecutor:
+def executor(lane: str = "pool"):
     if lane not in LANES:
         raise ValueError(f"no database lane {lane!r}; there are {LANES}")
     pool = _executors.get(lane)
@@ -53,8 +53,38 @@ def executor(lane: str = "pool") -> ThreadPoolExecutor:
         with _executors_lock:
             pool = _executors.get(lane)
             if pool is None:
-                pool = _executors[lane] = ThreadPoolExecutor(threads(lane), thread_name_prefix=f"steerboard-db-{lane}")
+                if lane == "pool" and _pool_is_writer():
+                    pool = _executors[lane] = _executors["writer"] = _writer_new()
+                else:
+                    pool = _executors[lane] = ThreadPoolExecutor(threads(lane), thread_name_prefix=f"steerboard-db-{lane}")
     return pool
+
+
+def _pool_is_writer() -> bool:
+    """On SQLite the writer is the process's one database thread: one writer, in order."""
+    return threads("pool") == 1 and connections["default"].vendor == "sqlite"
+
+
+def _writer_new():
+    from mailbox import delivery
+    from mailbox.writer import Writer
+
+    return Writer("steerboard-db-writer", log_flush=delivery.log_rows_flush, after_call=_keep_connections)
+
+
+def writer():
+    """The process's writer (mailbox/writer.py): the pool itself on SQLite, a thread of its own on PostgreSQL."""
+    found = _executors.get("writer")
+    if found is not None:
+        return found
+    if _pool_is_writer():
+        executor("pool")
+        return _executors["writer"]
+    with _executors_lock:
+        found = _executors.get("writer")
+        if found is None:
+            found = _executors["writer"] = _writer_new()
+    return found
 
 
 def _keep_connections() -> None:
@@ -101,7 +131,7 @@ def close_all(timeout: float = 30) -> None:
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
     with _executors_lock:
-        pools = list(_executors.values())
+        pools = list({id(p): p for p in _executors.values()}.values())
         _executors.clear()
     for pool in pools:
         size = pool._max_workers

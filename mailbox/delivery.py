@@ -302,19 +302,38 @@ def message_admit_enqueued(*, message: TeamMessage) -> tuple[TeamMessage, Admiss
     return message, admission
 
 
+def send_answer(message: TeamMessage, admission: Admission) -> dict:
+    """The sender's answer to send_message: the message, its state and what admission saw."""
+    return {
+        "message_id": message.id,
+        "status": "queued" if message.state == MessageState.QUEUED else "accepted",
+        "thread_id": message.thread_id or message.id,
+        "delivery": delivery_observation(message=message, admission=admission),
+        "idempotent_replay": False,
+    }
+
+
 def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     """What admission saw, for the sender: the target's status, what happens next, and warnings.
 
     Observations, not promises: 'accepted' means the target's inbox took the
     message, never that the target took on the work it asks for."""
-    target = message.target.name
-    status = admission.target_status
     has_host = admission.host_connected
     if has_host is None:
         has_host = host_connected(message.team_id)
+    return observation(
+        target=message.target.name,
+        status=admission.target_status,
+        state=message.state,
+        has_host=has_host,
+        error=admission.error,
+    )
+
+
+def observation(*, target: str, status: str, state: str, has_host: bool, error: str = "") -> dict:
     warnings: list[str] = []
     waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
-    if message.state == MessageState.DELIVERED:
+    if state == MessageState.DELIVERED:
         expected = f"{target} already has the message in its history."
     elif waiting and not has_host:
         expected = f"The message waits in the durable mailbox until {target}'s session connects."
@@ -322,10 +341,10 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
             f"{target} is {status} and no host is connected to resume it: the message waits for its session "
             "(or for a host to connect). It is stored; do not resend it."
         )
-    elif admission.error:
+    elif error:
         expected = "The message stays queued; recovery admits it again, in order."
         warnings.append(
-            f"Admission failed for now ({admission.error}); the message is queued for recovery. "
+            f"Admission failed for now ({error}); the message is queued for recovery. "
             "It is stored; do not resend it."
         )
     elif status == Status.RUNNING:
@@ -343,7 +362,7 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     return {
         "target_status": str(status),
         "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
-        "host_connected": has_host,
+        "host_connected": bool(has_host),
         "expected": expected,
         "warnings": warnings,
     }
@@ -435,6 +454,35 @@ def messages_reconcile() -> int:
     return sum(message_mark_delivered(message_id=i) for i in ids)
 
 
+# Redelivery waits REDELIVER_AFTER, then 3x, then 7x that after the first acceptance (attempts 1, 2, 3+).
+REDELIVERY_BACKOFF = (1, 3, 7)
+
+
+def _redelivery_due(stale_before) -> set[int]:
+    """Targets with an accepted, undelivered message due for another push.
+
+    Each message backs off (REDELIVERY_BACKOFF, counted by its attempts), and a
+    target whose session is on this process and still holds steers it has not
+    reported is skipped: its websocket lost nothing, and pushing again would
+    add work exactly when the session is behind. The query reads the pending
+    few (the (state, queued_at) index), never the backlog a second time."""
+    rows = (
+        TeamMessage.objects.filter(state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
+        .order_by("queued_at")
+        .values_list("target_id", "accepted_at", "attempts")[:5000]
+    )
+    now, after = timezone.now(), settings.STEERBOARD["REDELIVER_AFTER"]
+    due = set()
+    for target_id, accepted_at, attempts in rows:
+        factor = REDELIVERY_BACKOFF[min(max(attempts, 1), len(REDELIVERY_BACKOFF)) - 1]
+        if accepted_at <= now - timedelta(seconds=after * factor):
+            due.add(target_id)
+    if due:
+        channels = Member.objects.filter(pk__in=due).values_list("pk", "session_channel")
+        due -= {pk for pk, channel in channels if events.session_awaits_entries(channel)}
+    return due
+
+
 def recovery_sweep() -> dict:
     """One pass of recovery: reconcile, admit what is queued, re-push what is stale."""
     reconciled = messages_reconcile()
@@ -448,11 +496,7 @@ def recovery_sweep() -> dict:
             :5000
         ]
     )
-    stale_targets = set(
-        TeamMessage.objects.filter(state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
-        .order_by("queued_at")
-        .values_list("target_id", flat=True)[:5000]
-    )
+    stale_targets = _redelivery_due(stale_before)
     admitted = 0
     for target_id in sorted(queued_targets | stale_targets):
         faults.crash_point("mid_recovery")
@@ -481,3 +525,392 @@ def members_start_pending(*, team_id: int | None = None) -> int:
             except Exception:
                 log.warning("could not ask a host to provision %s", locked, exc_info=True)
     return started
+
+
+# --- the hot path: the same transitions as raw SQL, group-committed by the writer -------------
+#
+# ``message_send`` + ``target_admit`` and ``entry_record`` + ``message_mark_delivered``
+# above are the reference; the jobs below make the same rows in fewer statements
+# (tests/mailbox/test_hot_path.py compares the two). A send to a running or idle
+# target with nothing queued before it is enqueued *and* admitted in one
+# transaction (its `queued` and `accepted` records together) and pushed after the
+# commit; any other send is enqueued here and admitted by ``target_admit`` after
+# the commit, exactly as before. An entry and its `delivered` record commit together.
+import json  # noqa: E402
+
+from django.db import connection  # noqa: E402
+
+from mailbox import sqlcount  # noqa: E402
+from mailbox import writer as _writer  # noqa: E402
+from mailbox.models import message_id_new  # noqa: E402
+from teams.models import status_of  # noqa: E402
+
+_ADMISSION_FAULTS = ("inspection", "admission", "push")
+
+
+class _Sql:
+    """The hot path's statements for one database vendor."""
+
+    def __init__(self, vendor: str):
+        json_value = "CAST(%s AS jsonb)" if vendor == "postgresql" else "%s"
+        member, message = Member._meta.db_table, TeamMessage._meta.db_table
+        history, log_table = HistoryEntry._meta.db_table, LeadLogRecord._meta.db_table
+        hosts = HostPresence._meta.db_table
+        from mailbox.models import HumanPrompt
+
+        def pending(state: str) -> str:
+            # One index range per state ((target, state, seq)): the pending few, never the inbox.
+            return f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state = '{state}')"
+
+        # Takes the target's row lock (as select_for_update(no_key=True) does), hands out
+        # its next seq and refuses a full mailbox, in one statement.
+        self.target_claim = (
+            f"UPDATE {member} SET next_seq = next_seq + 1 "
+            f"WHERE team_id = %s AND name = %s AND phase <> 'retired' "
+            f"AND {pending('queued')} + {pending('accepted')} < %s "
+            f"RETURNING id, next_seq - 1, phase, session_state, session_channel, {pending('queued')}, "
+            f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
+        )
+        self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
+        self.target_pending = (
+            f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ('queued', 'accepted')"
+        )
+        self.reply_thread = (
+            f"SELECT id, thread_id FROM {message} WHERE id = %s AND team_id = %s AND target_id = %s"
+        )
+        self.message_insert = (
+            f"INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
+            f"state, attempts, last_error, created_at, queued_at, accepted_at) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s)"
+        )
+        self.entry_insert = (
+            f"INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
+            f"VALUES (%s, %s, %s, %s, %s, {json_value}, %s) ON CONFLICT DO NOTHING RETURNING id"
+        )
+        self.entry_undo = f"DELETE FROM {history} WHERE id = %s"
+        # Delivered only while the history holds the message (the entry may have folded
+        # on another entry's id) and only once; no existence checks before it.
+        self.mark_delivered = (
+            f"UPDATE {message} SET state = 'delivered', delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
+            f"WHERE id = %s AND target_id = %s AND state <> 'delivered' "
+            f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
+            f"RETURNING seq"
+        )
+        self.message_is_mine = f"SELECT 1 FROM {message} WHERE id = %s AND target_id = %s"
+        self.prompt_started = (
+            f"UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %s "
+            f"WHERE id = %s AND target_id = %s AND state = 'queued'"
+        )
+        self.log_insert_head = f"INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) VALUES "
+        self.log_row = f"(%s, %s, %s, {json_value}, %s)"
+
+
+_sql_by_vendor: dict[str, _Sql] = {}
+
+
+def _sql() -> _Sql:
+    found = _sql_by_vendor.get(connection.vendor)
+    if found is None:
+        found = _sql_by_vendor[connection.vendor] = _Sql(connection.vendor)
+        if connection.vendor == "sqlite":  # the raw sqlite3 cursor's placeholder
+            for name, statement in vars(found).items():
+                setattr(found, name, statement.replace("%s", "?"))
+    return found
+
+
+class _HotCursor:
+    """The driver's own cursor on Django's connection (inside Django's transaction),
+    without Django's cursor wrappers: on PostgreSQL it binds parameters on the
+    server and prepares the fixed statements (Django's cursor quotes every
+    parameter into the SQL text in Python, a tenth of the hot path's time)."""
+
+    def __init__(self):
+        connection.ensure_connection()
+        raw = connection.connection
+        self.postgres = connection.vendor == "postgresql"
+        if self.postgres:
+            import psycopg
+
+            self.cursor = psycopg.Cursor(raw)
+        else:
+            self.cursor = raw.cursor()
+        self.counting = sqlcount.installed()
+
+    def execute(self, statement: str, params, *, prepare: bool = True) -> None:
+        if self.counting:
+            sqlcount.statement_run(in_transaction=True)
+        try:
+            if self.postgres:
+                self.cursor.execute(statement, params, prepare=prepare)
+            else:
+                self.cursor.execute(statement, params)
+        except Exception:
+            connection.errors_occurred = True  # the writer then closes this connection (mailbox/db.py)
+            raise
+
+    def fetchone(self):
+        return self.cursor.fetchone()
+
+    def __enter__(self) -> "_HotCursor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cursor.close()
+
+
+_hot_cursor = _HotCursor
+
+
+def log_rows_flush(batch: "_writer.Batch") -> None:
+    """A batch's Lead-log records, in the order its jobs appended them, in one statement."""
+    if not batch.log_rows:
+        return
+    sql = _sql()
+    now = connection.ops.adapt_datetimefield_value(batch.now)
+    params: list = []
+    for team_id, kind, message_id, data in batch.log_rows:
+        params += [team_id, kind, message_id, data, now]
+    statement = sql.log_insert_head + ", ".join([sql.log_row] * len(batch.log_rows)) + " ON CONFLICT DO NOTHING"
+    with _hot_cursor() as cursor:
+        cursor.execute(statement, params, prepare=False)
+
+
+def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
+    sql = _sql()
+    cursor.execute(sql.target_refusal, [team_id, target_name])
+    row = cursor.fetchone()
+    if row is None:
+        raise TeamError(
+            ErrorCode.TEAM_UNKNOWN_TARGET,
+            f"No member named {target_name!r} on this team; list_agents shows the roster.",
+            persisted=False,
+        )
+    if row[1] == Phase.RETIRED:
+        raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired and takes no messages.", persisted=False)
+    cursor.execute(sql.target_pending, [row[0]])
+    pending = cursor.fetchone()[0]
+    raise TeamError(
+        ErrorCode.TEAM_MAILBOX_FULL,
+        f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
+        persisted=False,
+    )
+
+
+def message_validate(*, sender: Member, target_name: str, content: str) -> None:
+    """The checks of a send that need no database (message_enqueue makes the same)."""
+    if len(content.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
+        raise TeamError(
+            ErrorCode.TEAM_MESSAGE_TOO_LARGE,
+            f"A message may hold at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8; shorten it or link a record.",
+            persisted=False,
+        )
+    if not content.strip():
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "A message needs some content.", persisted=False)
+    if target_name == sender.name:
+        raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
+
+
+class SendJob(_writer.Job):
+    """Enqueue (and, for a running or idle target with nothing queued, admit) one message."""
+
+    def __init__(self, *, sender: Member, target_name: str, content: str, reply_to: str = ""):
+        super().__init__()
+        message_validate(sender=sender, target_name=target_name, content=content)
+        self.sender = sender
+        self.target_name = target_name
+        self.content = content
+        self.reply_to = reply_to
+        self.message_id = message_id_new()
+        self.may_admit = not faults.armed(_ADMISSION_FAULTS)
+        self.admitted = False
+        self.lock_order = (0, sender.team_id, target_name)
+
+    def execute(self, batch) -> None:
+        sender, sql = self.sender, _sql()
+        now = connection.ops.adapt_datetimefield_value(batch.now)
+        with _hot_cursor() as cursor:
+            self.thread_id = ""
+            if self.reply_to:
+                cursor.execute(sql.reply_thread, [self.reply_to, sender.team_id, sender.pk])
+                row = cursor.fetchone()
+                if row is None:
+                    raise TeamError(
+                        ErrorCode.NOT_FOUND, f"You received no message {self.reply_to!r} to reply to.", persisted=False
+                    )
+                self.thread_id = row[1] or row[0]
+            cursor.execute(sql.target_claim, [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")])
+            row = cursor.fetchone()
+            if row is None:
+                _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
+            self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host = row
+            self.target_status = status_of(phase, session_state)
+            self.has_host = bool(has_host)
+            # Admission here only when it is a push: every earlier message of this target
+            # is already accepted (none queued), so seq order holds.
+            self.admitted = (
+                self.may_admit and self.target_status in (Status.RUNNING, Status.IDLE) and not queued_before
+            )
+            cursor.execute(
+                sql.message_insert,
+                [
+                    self.message_id, sender.team_id, sender.pk, self.target_id, self.content, self.seq,
+                    self.thread_id, self.reply_to,
+                    MessageState.ACCEPTED if self.admitted else MessageState.QUEUED,
+                    1 if self.admitted else 0, now, now, now if self.admitted else None,
+                ],
+            )
+        self.created_at = batch.now
+        batch.log(
+            team_id=sender.team_id, kind=LogKind.MESSAGE_QUEUED, message_id=self.message_id,
+            data=json.dumps({"sender": sender.name, "target": self.target_name, "seq": self.seq}),
+        )
+        if self.admitted:
+            batch.log(
+                team_id=sender.team_id, kind=LogKind.MESSAGE_ACCEPTED, message_id=self.message_id,
+                data=json.dumps(
+                    {"target": self.target_name, "seq": self.seq, "target_status": self.target_status,
+                     "redelivery": False}
+                ),
+            )
+
+    def committed(self) -> None:
+        if self.admitted:  # otherwise message_admit_enqueued reaches the point, before its admission
+            faults.crash_point("after_queued_commit")
+
+    def wire(self) -> dict:
+        return {
+            "id": self.message_id,
+            "sender": self.sender.name,
+            "target": self.target_name,
+            "content": self.content,
+            "seq": self.seq,
+            "created_at": self.created_at.isoformat().replace("+00:00", "Z"),
+            "thread_id": self.thread_id or self.message_id,
+        }
+
+    def finish(self) -> None:
+        if self.admitted:
+            events.session_push(self.channel, {"type": "session.steer", "message": self.wire()})
+            faults.crash_point("after_admission")
+        events.dashboard_ring(self.sender.team_id, {"type": "team.changed", "kind": "message", "target": self.target_name})
+
+    def message(self) -> TeamMessage:
+        """The stored row, as message_enqueue returns it."""
+        message = TeamMessage(
+            id=self.message_id, team_id=self.sender.team_id, sender=self.sender, content=self.content, seq=self.seq,
+            thread_id=self.thread_id, reply_to=self.reply_to,
+            state=MessageState.ACCEPTED if self.admitted else MessageState.QUEUED,
+            attempts=1 if self.admitted else 0, created_at=self.created_at, queued_at=self.created_at,
+            accepted_at=self.created_at if self.admitted else None,
+        )
+        message.target = Member(id=self.target_id, team_id=self.sender.team_id, name=self.target_name)
+        message._state.adding = False
+        message._state.db = "default"
+        return message
+
+    def answer(self) -> dict:
+        """The sender's answer for a send admitted in the writer (no database)."""
+        return {
+            "message_id": self.message_id,
+            "status": "accepted",
+            "thread_id": self.thread_id or self.message_id,
+            "delivery": observation(
+                target=self.target_name, status=self.target_status, state=MessageState.ACCEPTED,
+                has_host=self.has_host,
+            ),
+            "idempotent_replay": False,
+        }
+
+
+class EntryJob(_writer.Job):
+    """Store one history entry (a repeat folds); a team message's entry marks it delivered in the same commit."""
+
+    def __init__(self, *, member: Member, entry: dict):
+        super().__init__()
+        self.member = member
+        self.entry = entry
+        source = entry.get("source") or {}
+        self.message_id = (
+            source.get("message_id") if entry["kind"] == "user_message" and source.get("kind") == "team-message" else None
+        )
+        self.prompt_id = entry.get("prompt_id") if entry["kind"] == "prompt" else None
+        self.data = json.dumps(entry)
+        self.delivered = False
+
+    def execute(self, batch) -> None:
+        member, sql = self.member, _sql()
+        now = connection.ops.adapt_datetimefield_value(batch.now)
+        self.delivered = False
+        with _hot_cursor() as cursor:
+            cursor.execute(
+                sql.entry_insert,
+                [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now],
+            )
+            row = cursor.fetchone()
+            created = row is not None
+            if self.message_id:
+                deferred = False
+                try:
+                    faults.inject("delivered_record")
+                except faults.TemporaryDeliveryError:
+                    # The entry is durable; recovery (reconcile, or the session's next report) writes delivered.
+                    log.warning("delivered record for %s deferred to recovery", self.message_id)
+                    deferred = True
+                if not deferred:
+                    cursor.execute(
+                        sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id]
+                    )
+                    marked = cursor.fetchone()
+                    if marked is not None:
+                        self.delivered = True
+                        batch.log(
+                            team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=self.message_id,
+                            data=json.dumps({"target": member.name, "seq": marked[0]}),
+                        )
+                if not self.delivered:
+                    cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
+                    if cursor.fetchone() is None:
+                        if created:
+                            cursor.execute(sql.entry_undo, [row[0]])
+                        raise TeamError(
+                            ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you."
+                        )
+            if self.prompt_id:
+                cursor.execute(sql.prompt_started, [now, self.prompt_id, member.pk])
+        self.result = created
+
+    def committed(self) -> None:
+        faults.crash_point("after_entry")
+
+    def finish(self) -> None:
+        team_id, name = self.member.team_id, self.member.name
+        if self.delivered:
+            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "message", "target": name})
+        elif self.result:
+            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "entry", "member": name})
+        if self.prompt_id:
+            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "prompt", "member": name})
+
+
+async def message_send_fast(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> dict:
+    """send_message through the writer; answers the sender's result (tools.py's shape)."""
+    from mailbox.db import database_sync_to_async, writer
+
+    job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
+    await writer().run(job)
+    if job.admitted:
+        return job.answer()
+    # Anything but a plain push (a resume, a target with messages queued before this
+    # one, a test's armed fault) is admitted by target_admit, as before.
+    return await database_sync_to_async(_admit_and_answer)(job.message())
+
+
+def _admit_and_answer(message: TeamMessage) -> dict:
+    return send_answer(*message_admit_enqueued(message=message))
+
+
+async def entry_record_fast(*, member: Member, entry: dict) -> bool:
+    """entry_record through the writer; answers whether the entry was new (False: folded)."""
+    from mailbox.db import writer
+
+    return await writer().run(EntryJob(member=member, entry=entry))

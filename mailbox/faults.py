@@ -34,6 +34,11 @@ def disarm_all() -> None:
         _armed.clear()
 
 
+def armed(points) -> bool:
+    """Whether a test armed any of these points (the hot path then takes the path that injects them)."""
+    return bool(_armed) and any(_armed.get(p, 0) > 0 for p in points)
+
+
 def inject(point: str) -> None:
     with _lock:
         left = _armed.get(point, 0)

@@ -81,22 +81,20 @@ def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
         return {"message_id": message.id, "thread_id": message.thread_id or message.id}
 
     def admit(_: dict) -> dict:
-        message, admission = delivery.message_admit_enqueued(message=sent[0])
-        return _send_result(message, admission)
+        return delivery.send_answer(*delivery.message_admit_enqueued(message=sent[0]))
 
     return idempotency.run_once(
         member=sender, tool="send_message", arguments=args, perform=enqueue, finish=admit, replay=_send_replayed
     )
 
 
-def _send_result(message: TeamMessage, admission: delivery.Admission) -> dict:
-    return {
-        "message_id": message.id,
-        "status": "queued" if message.state == "queued" else "accepted",
-        "thread_id": message.thread_id or message.id,
-        "delivery": delivery.delivery_observation(message=message, admission=admission),
-        "idempotent_replay": False,
-    }
+async def _send_message_now(sender: Member, args: schemas.SendMessageArgs) -> dict:
+    """A send without an idempotency key goes through the process's writer (the hot path)."""
+    if args.idempotency_key:
+        return await database_sync_to_async(_send_message)(sender, args)
+    return await delivery.message_send_fast(
+        sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
+    )
 
 
 def _send_replayed(stored: dict) -> dict:
@@ -107,7 +105,7 @@ def _send_replayed(stored: dict) -> dict:
     admission = delivery.Admission(
         target_status=message.target.status, admitted=[], host_connected=delivery.host_connected(message.team_id)
     )
-    result = _send_result(message, admission)
+    result = delivery.send_answer(message, admission)
     result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
     return result
 
@@ -208,7 +206,7 @@ TOOLS: dict[str, Tool] = {
             "call replays its result (idempotent_replay: true) instead of sending again.",
             S.SendMessageArgs,
             S.SendMessageResult,
-            _sync(_send_message),
+            _send_message_now,
         ),
         Tool(
             "list_agents",

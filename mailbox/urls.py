@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.urls import path
 
+from mailbox import sqlcount
 from mailbox.api import inbox, operators, tools
 
 urlpatterns = [
@@ -20,3 +22,7 @@ urlpatterns = [
     path("teams/<str:team>/members/<str:member>/retry", operators.TargetRetryView.as_view(), name="target-retry"),
     path("teams/<str:team>/prompts", operators.PromptsView.as_view(), name="team-prompts"),
 ]
+
+if settings.STEERBOARD.get("COUNT_SQL"):
+    # bench/engine.py reads the process's SQL counts here; absent (404) unless asked for.
+    urlpatterns.append(path("debug/sql", sqlcount.view, name="debug-sql"))

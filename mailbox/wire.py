@@ -53,7 +53,19 @@ class EntryFrame(BaseModel):
     entry: Entry
 
 
-AgentFrame = TypeAdapter(Annotated[Union[Hello, StatusFrame, EntryFrame], Field(discriminator="type")])
+class ToolFrame(BaseModel):
+    """One of the nine Team tools, called over the session's own websocket (REST's
+    ``POST /api/v1/tools/<name>`` without a request per call); answered by a
+    ``tool_result`` frame with the same ``id``."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["tool"]
+    id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+AgentFrame = TypeAdapter(Annotated[Union[Hello, StatusFrame, EntryFrame, ToolFrame], Field(discriminator="type")])
 
 
 class Started(BaseModel):

@@ -27,6 +27,8 @@ class ErrorCode(StrEnum):
     TASK_DEPENDENCY_CYCLE = "TASK_DEPENDENCY_CYCLE"
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    # Never raised as a refusal: what a transport answers when the server itself failed.
+    SERVER_ERROR = "SERVER_ERROR"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -47,6 +49,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.IDEMPOTENCY_KEY_CONFLICT: 409,
     ErrorCode.TEAM_MESSAGE_TOO_LARGE: 413,
     ErrorCode.TEAM_MAILBOX_FULL: 429,
+    ErrorCode.SERVER_ERROR: 500,
 }
 
 

@@ -83,11 +83,16 @@ class Member(models.Model):
 
     @property
     def status(self) -> str:
-        if self.phase == Phase.ACTIVE:
-            return self.session_state
-        if self.phase == Phase.PROVISIONING and self.session_state != SessionState.INACTIVE:
-            return self.session_state
-        return self.phase
+        return status_of(self.phase, self.session_state)
+
+
+def status_of(phase: str, session_state: str) -> str:
+    """A member's status from its phase and session state (Member.status, for rows read without the ORM)."""
+    if phase == Phase.ACTIVE:
+        return session_state
+    if phase == Phase.PROVISIONING and session_state != SessionState.INACTIVE:
+        return session_state
+    return phase
 
 
 class MemberToken(models.Model):

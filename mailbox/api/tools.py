@@ -11,7 +11,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from mailbox import sessions, sweeper
 from mailbox.api.errors import error_json
-from mailbox.auth import member_from_headers
+from mailbox.auth import bearer_from_headers, member_cached, member_from_headers
 from mailbox.db import database_sync_to_async
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
@@ -22,7 +22,10 @@ def _headers(request):
 
 
 async def _member(request):
-    member = await database_sync_to_async(member_from_headers)(_headers(request))
+    headers = _headers(request)
+    member = member_cached(bearer_from_headers(headers))
+    if member is None:
+        member = await database_sync_to_async(member_from_headers)(headers)
     if member is None:
         raise TeamError(
             ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>' (manage.py member_token)."

@@ -1,0 +1,229 @@
+"""The process's writer: one thread that makes the hot path durable, committing
+whatever waits in one transaction (opportunistic group commit).
+
+Sends (enqueue + admission) and history entries (entry + delivered) of every
+request and websocket of the process are ``Job``s. The writer takes every job
+waiting when it becomes free, runs them in one transaction and commits once; at
+low load that is a batch of one and nothing waits for a timer. Each caller
+awaits its own job. After the commit, on the event loop, each job finishes in
+submission order: its pushes go out (so a target's steers leave in seq order)
+and its caller is answered, never before its commit.
+
+Inside a batch the jobs run in lock order (sends by target first, then
+entries), so two processes' writers on one PostgreSQL never deadlock on the
+members they update; answers and pushes still follow submission order.
+
+A job that refuses (``TeamError``) wrote nothing, and its neighbours commit. Any
+other failure rolls the batch back and runs its jobs again one transaction
+each, so one bad job never fails the others.
+
+The writer is also an ``Executor``: on SQLite it is the process's only database
+thread (mailbox/db.py), and the ORM's calls queue behind (and between) the
+batches instead of polling for SQLite's one write lock. On PostgreSQL it is a
+thread of its own beside the pool; row locks order it against the rest.
+"""
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+
+from django.db import transaction
+
+from teams.errors import TeamError
+
+log = logging.getLogger(__name__)
+
+# A batch stops growing here: its pushes and answers wait for its commit.
+MAX_BATCH = 128
+
+
+class Job:
+    """One unit of the hot path. ``execute`` runs on the writer thread inside the
+    batch's transaction; ``finish`` runs on the caller's event loop after the
+    commit, then the caller gets ``result`` (or ``error``)."""
+
+    result = None
+    error: BaseException | None = None
+    # Jobs run in this order inside a batch (stably, so a target's sends keep
+    # theirs): every writer takes row locks in one order, and two processes'
+    # batches never wait on each other in a cycle.
+    lock_order: tuple = (1,)
+
+    def __init__(self):
+        self.loop = asyncio.get_running_loop()
+        self.future = self.loop.create_future()
+
+    def execute(self, batch: "Batch") -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def committed(self) -> None:
+        """On the writer thread, right after the commit (crash points live here)."""
+
+    def finish(self) -> None:
+        """On the event loop, after the commit, in submission order."""
+
+    def _resolve(self) -> None:
+        if self.future.done():  # the caller went away (cancelled)
+            return
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.result)
+
+
+class Batch:
+    """What the jobs of one transaction share: its clock and the Lead-log
+    records they append, written in one statement before the commit."""
+
+    def __init__(self, now):
+        self.now = now
+        self.log_rows: list[tuple] = []
+
+    def log(self, *, team_id: int, kind: str, message_id: str | None, data: str) -> None:
+        self.log_rows.append((team_id, kind, message_id, data))
+
+
+class _Call:
+    __slots__ = ("fn", "args", "kwargs", "future")
+
+    def __init__(self, fn, args, kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+
+
+class Writer(concurrent.futures.Executor):
+    _max_workers = 1  # mailbox/db.close_all sends one closing call per thread
+
+    def __init__(self, name: str, *, log_flush: Callable[[Batch], None], after_call: Callable[[], None]):
+        self.name = name
+        self._items: collections.deque = collections.deque()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._log_flush = log_flush
+        self._after_call = after_call
+        self.batches = 0
+        self.jobs = 0
+
+    # --- the callers' side ---------------------------------------------------------------------
+    def run(self, job: Job) -> asyncio.Future:
+        """Queue a job; await the answer."""
+        self._put(job)
+        return job.future
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        call = _Call(fn, args, kwargs)
+        self._put(call)
+        return call.future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._ready:
+            self._stopping = True
+            self._ready.notify()
+        if wait and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(30)
+
+    def _put(self, item) -> None:
+        with self._ready:
+            if self._stopping:
+                raise RuntimeError(f"the writer {self.name} has stopped")
+            self._items.append(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    # --- the writer thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._items and not self._stopping:
+                    self._ready.wait()
+                if not self._items:
+                    return
+                first = self._items.popleft()
+                batch = None
+                if isinstance(first, Job):
+                    batch = [first]
+                    while self._items and isinstance(self._items[0], Job) and len(batch) < MAX_BATCH:
+                        batch.append(self._items.popleft())
+            if batch is None:
+                self._call(first)
+            else:
+                self._commit(batch)
+
+    def _call(self, call: _Call) -> None:
+        if not call.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = call.fn(*call.args, **call.kwargs)
+        except BaseException as exc:
+            call.future.set_exception(exc)
+        else:
+            call.future.set_result(result)
+
+    def _commit(self, jobs: list[Job]) -> None:
+        from django.utils import timezone
+
+        self.batches += 1
+        self.jobs += len(jobs)
+        try:
+            batch = Batch(timezone.now())
+            with transaction.atomic():
+                for job in sorted(jobs, key=_lock_order):
+                    self._execute(job, batch)
+                self._log_flush(batch)
+        except Exception:
+            # One job broke the transaction: run each alone, so only it fails.
+            log.warning("a batch of %d failed; committing its jobs one by one", len(jobs), exc_info=True)
+            self._after_call()
+            for job in jobs:
+                job.error = None
+                try:
+                    batch = Batch(timezone.now())
+                    with transaction.atomic():
+                        self._execute(job, batch)
+                        self._log_flush(batch)
+                except Exception as exc:
+                    log.warning("a %s failed", type(job).__name__, exc_info=True)
+                    job.error = exc
+                finally:
+                    self._after_call()
+        else:
+            self._after_call()
+        for job in jobs:
+            if job.error is None:
+                job.committed()
+        by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+        for job in jobs:
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, mine in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_finish_all, mine)
+            except RuntimeError:  # that loop has closed: nobody waits for these answers
+                pass
+
+    @staticmethod
+    def _execute(job: Job, batch: Batch) -> None:
+        job.error = None
+        try:
+            job.execute(batch)
+        except TeamError as exc:  # a refusal writes nothing before it raises
+            job.error = exc
+
+
+def _lock_order(job: Job) -> tuple:
+    return job.lock_order
+
+
+def _finish_all(jobs: list[Job]) -> None:
+    for job in jobs:
+        if job.error is None:
+            try:
+                job.finish()
+            except Exception:  # pushes are doorbells; recovery repeats a lost one
+                log.warning("finishing a %s failed", type(job).__name__, exc_info=True)
+        job._resolve()
+

@@ -1,0 +1,257 @@
+"""mailbox/delivery.py's hot path (SendJob, EntryJob) and mailbox/writer.py's group commit.
+
+The raw SQL must leave the same rows as the ORM reference (message_send +
+target_admit, entry_record + message_mark_delivered); the writer must commit
+what waits together, answer each caller after its own commit, and never fail
+a job for its neighbour's fault.
+"""
+import asyncio
+import threading
+
+import pytest
+from channels.db import database_sync_to_async
+
+from mailbox import db, delivery, events
+from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from mailbox.writer import Job
+from teams.errors import TeamError
+from teams.models import Member
+from tests.support.inproc import Agent, spawn, team_new
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+MESSAGE_FIELDS = ["team_id", "sender_id", "target_id", "content", "seq", "thread_id", "reply_to", "state", "attempts",
+                  "last_error"]
+
+
+@database_sync_to_async
+def member(team: str, name: str) -> Member:
+    return Member.objects.select_related("team").get(team__name=team, name=name)
+
+
+@database_sync_to_async
+def row(message_id: str) -> dict:
+    message = TeamMessage.objects.get(pk=message_id)
+    return {f: getattr(message, f) for f in MESSAGE_FIELDS} | {
+        "accepted": message.accepted_at is not None, "delivered": message.delivered_at is not None}
+
+
+@database_sync_to_async
+def log_of(message_id: str) -> list[tuple[str, dict]]:
+    return [(r.kind, r.data) for r in LeadLogRecord.objects.filter(message_id=message_id).order_by("id")]
+
+
+@database_sync_to_async
+def orm_send(sender: Member, target: str, content: str) -> str:
+    message, _ = delivery.message_send(sender=sender, target_name=target, content=content)
+    return message.id
+
+
+@database_sync_to_async
+def orm_entry(target: Member, entry: dict) -> bool:
+    return delivery.entry_record(member=target, entry=entry)[1]
+
+
+def entry_for(message_id: str, entry_id: str) -> dict:
+    return {"id": entry_id, "kind": "user_message", "text": "t",
+            "source": {"kind": "team-message", "message_id": message_id}}
+
+
+async def test_the_hot_path_leaves_the_rows_the_orm_reference_leaves(api):
+    team = await team_new()
+    agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
+    await agent.connect("idle")
+    lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
+
+    reference = await orm_send(lead, "implementer", "the same words")
+    fast = (await delivery.message_send_fast(sender=lead, target_name="implementer", content="the same words"))
+    assert fast["status"] == "accepted"
+    first, second = await row(reference), await row(fast["message_id"])
+    assert first.pop("seq") + 1 == second.pop("seq")
+    assert first == second
+    assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
+    assert [d for _, d in await log_of(reference)] == [
+        {**d, "seq": d["seq"] - 1} for _, d in await log_of(fast["message_id"])]
+
+    assert await orm_entry(target, entry_for(reference, "e-ref")) is True
+    assert await delivery.entry_record_fast(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
+    first, second = await row(reference), await row(fast["message_id"])
+    first.pop("seq"), second.pop("seq")
+    assert first == second == first | {"state": "delivered", "delivered": True}
+    assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
+    # A repeat folds on both paths, and nothing is marked twice.
+    assert await orm_entry(target, entry_for(reference, "e-ref")) is False
+    assert await delivery.entry_record_fast(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
+    assert len(await log_of(fast["message_id"])) == 3
+    await agent.close()
+
+
+async def test_the_hot_path_refuses_as_the_orm_does(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
+    for name, code in [("nobody", "TEAM_UNKNOWN_TARGET"), ("lead", "TEAM_SELF_MESSAGE")]:
+        with pytest.raises(TeamError) as refused:
+            await delivery.message_send_fast(sender=lead, target_name=name, content="x")
+        assert refused.value.code == code and refused.value.extra == {"persisted": False}
+    with pytest.raises(TeamError) as refused:
+        await delivery.message_send_fast(sender=lead, target_name="implementer", content="x", reply_to="team-message-x")
+    assert refused.value.code == "NOT_FOUND"
+    # An entry for a message that was never addressed to this member stores nothing.
+    other = (await delivery.message_send_fast(sender=target, target_name="lead", content="to the lead"))["message_id"]
+    with pytest.raises(TeamError) as refused:
+        await delivery.entry_record_fast(member=target, entry=entry_for(other, "stolen"))
+    assert refused.value.code == "NOT_FOUND"
+    assert not await database_sync_to_async(HistoryEntry.objects.filter(entry_id="stolen").exists)()
+
+
+async def test_a_full_mailbox_is_refused_with_its_count(api, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_PENDING_PER_TARGET": 2}
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead = await member("alpha", "lead")
+    for i in range(2):
+        await delivery.message_send_fast(sender=lead, target_name="implementer", content=f"m{i}")
+    with pytest.raises(TeamError) as refused:
+        await delivery.message_send_fast(sender=lead, target_name="implementer", content="one too many")
+    assert refused.value.code == "TEAM_MAILBOX_FULL" and "already has 2" in refused.value.message
+
+
+class Broken(Job):
+    def execute(self, batch):
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT no_such_column FROM teams_member")
+
+
+async def _while_the_writer_is_held(jobs):
+    """Queue ``jobs`` while the writer is busy, so they wait together and commit as one batch."""
+    writer = db.writer()
+    release = threading.Event()
+    held = writer.submit(release.wait, 10)
+    futures = [writer.run(job) for job in jobs]
+    before = writer.batches
+    release.set()
+    await asyncio.wrap_future(held)
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    return results, writer.batches - before
+
+
+async def test_what_waits_commits_together_and_a_broken_job_fails_alone(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead = await member("alpha", "lead")
+    sends = [delivery.SendJob(sender=lead, target_name="implementer", content=f"m{i}") for i in range(5)]
+    results, batches = await _while_the_writer_is_held(sends)
+    assert batches == 1  # five sends, one transaction
+    assert [job.seq for job in sends] == [1, 2, 3, 4, 5]  # seq in submission order
+
+    more = [delivery.SendJob(sender=lead, target_name="implementer", content="before"), Broken(),
+            delivery.SendJob(sender=lead, target_name="implementer", content="after")]
+    results, _ = await _while_the_writer_is_held(more)
+    assert isinstance(results[1], Exception) and not isinstance(results[1], TeamError)
+    stored = await database_sync_to_async(
+        lambda: list(TeamMessage.objects.filter(content__in=["before", "after"]).order_by("seq").values_list("content", flat=True)))()
+    assert stored == ["before", "after"]
+
+
+async def test_tool_frames_on_the_session_websocket(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    lead = Agent(team["lead"])
+    await lead.connect(None)  # tool calls need no hello
+    target = Agent(impl)
+    await target.connect("idle")
+
+    await lead.send({"type": "tool", "id": "c1", "name": "send_message",
+                     "arguments": {"target": "implementer", "message": "over the socket"}})
+    answer = await lead.expect("tool_result")
+    assert answer["id"] == "c1" and answer["result"]["status"] == "accepted"
+    assert answer["result"]["delivery"]["target_status"] == "idle"
+    steer = await target.expect("steer")
+    assert steer["message"]["id"] == answer["result"]["message_id"]
+    assert (await target.integrate(steer["message"]))["folded"] is False
+
+    await lead.send({"type": "tool", "id": "c2", "name": "send_message",
+                     "arguments": {"target": "nobody", "message": "x"}})
+    refused = await lead.expect("tool_result")
+    assert refused == {"type": "tool_result", "id": "c2", "persisted": False,
+                       "error": {"code": "TEAM_UNKNOWN_TARGET", "message": refused["error"]["message"]}}
+    await lead.send({"type": "tool", "id": "c3", "name": "no_such_tool", "arguments": {}})
+    assert (await lead.expect("tool_result"))["error"]["code"] == "NOT_FOUND"
+    await lead.send({"type": "tool", "id": "c4", "name": "list_agents"})
+    assert {a["name"] for a in (await lead.expect("tool_result"))["result"]["agents"]} == {"lead", "implementer"}
+    await lead.send({"type": "tool", "name": "list_agents"})  # no id: the frame itself is refused
+    assert (await lead.expect("error"))["error"]["code"] == "VALIDATION_ERROR"
+    await lead.close()
+    await target.close()
+
+
+async def test_a_waiting_tool_call_does_not_hold_up_the_socket(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    worker = Agent(impl)
+    await worker.connect("running")  # a running peer: wait_agent has someone to wait for
+    lead = Agent(team["lead"])
+    await lead.connect("idle")
+    await lead.send({"type": "tool", "id": "w", "name": "wait_agent", "arguments": {"timeout_ms": 10_000}})
+    await asyncio.sleep(0.1)
+    # While wait_agent waits, the same socket still sends, and the wait ends on the status change.
+    await lead.send({"type": "tool", "id": "s", "name": "send_message",
+                     "arguments": {"target": "implementer", "message": "hi"}})
+    sent = await lead.expect("tool_result")
+    assert sent["id"] == "s"
+    await worker.status("idle")
+    waited = await lead.expect("tool_result", timeout=10)
+    assert waited["id"] == "w" and waited["result"]["timed_out"] is False
+    await lead.close()
+    await worker.close()
+
+
+async def test_dashboard_doorbells_are_coalesced_per_team(api):
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(events.dashboard_group(999), channel)
+    for i in range(50):
+        events.dashboard_ring(999, {"type": "team.changed", "kind": "message", "n": i})
+    first = await asyncio.wait_for(layer.receive(channel), 2)
+    assert first["n"] == 0  # the first ring of a quiet team goes out at once
+    closing = await asyncio.wait_for(layer.receive(channel), 2)
+    assert closing["n"] == 49  # the other 49 went out as one, with the latest hint
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(layer.receive(channel), events.DASHBOARD_RING_INTERVAL * 3)
+    await layer.group_discard(events.dashboard_group(999), channel)
+
+
+async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(api, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.STEERBOARD = {**settings.STEERBOARD, "REDELIVER_AFTER": 10}
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("running")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="slow to integrate")
+    await agent.expect("steer")
+    target = await member("alpha", "implementer")
+
+    def age(seconds: float, attempts: int) -> set[int]:
+        TeamMessage.objects.filter(pk=sent["message_id"]).update(
+            accepted_at=timezone.now() - timedelta(seconds=seconds), attempts=attempts)
+        return delivery._redelivery_due(timezone.now() - timedelta(seconds=10))
+
+    due = database_sync_to_async(age)
+    # The session on this process holds the steer and has not reported it: no push again.
+    assert await due(15, 1) == set()
+    events.session_unregister((await member("alpha", "implementer")).session_channel)  # as if on another process
+    assert await due(15, 1) == {target.pk}
+    assert await due(15, 2) == set()  # the second push waits 3x
+    assert await due(35, 2) == {target.pk}
+    assert await due(35, 3) == set()  # the third and later wait 7x
+    assert await due(75, 5) == {target.pk}
+    await agent.close()
