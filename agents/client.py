@@ -1,16 +1,25 @@
-"""The REST side of a session: the nine Team tools and the member's own history.
+"""A session's calls to the server: the nine Team tools and the member's own history.
+
+A tool call goes over the session's own websocket (a ``tool`` frame answered
+by a ``tool_result`` frame, ``SocketTools``) while it is connected and the
+server takes tool frames; otherwise over REST (``POST /api/v1/tools/<name>``).
 
 Calls survive a server restart: a call that never reached the server is simply
-sent again; a call whose answer was lost is made safe to repeat:
-``send_message`` and ``team_task_create`` carry an idempotency key (the call
-id), ``team_task_update`` is compare-and-set, so a lost answer is recognised by
+sent again; a call whose answer was lost (the socket dropped after the frame
+went out, a REST request whose answer never came, a server failure) is sent
+again over REST and made safe to repeat: ``send_message`` and
+``team_task_create`` carry an idempotency key (the call id),
+``team_task_update`` is compare-and-set, so a lost answer is recognised by
 reading the task back, and ``spawn_teammate`` by reading the roster.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
+import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -60,12 +69,132 @@ class ToolError(Exception):
         return {"code": self.code, "message": self.message}
 
 
+# The HTTP status REST answers a refusal with (the server's teams/errors.py), given to a
+# ToolError that came over the websocket; a code not listed here gets 0.
+HTTP_STATUS = {
+    "UNAUTHENTICATED": 401,
+    "FORBIDDEN": 403,
+    "LEAD_ONLY": 403,
+    "NOT_FOUND": 404,
+    "TASK_NOT_FOUND": 404,
+    "TEAM_UNKNOWN_TARGET": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "TEAM_TARGET_RETIRED": 409,
+    "TEAM_ROSTER_FULL": 409,
+    "TEAM_TASK_BOARD_FULL": 409,
+    "TEAM_NAME_TAKEN": 409,
+    "TASK_REVISION_CONFLICT": 409,
+    "TASK_INVALID_ACTION": 409,
+    "TASK_DEPENDENCY_CYCLE": 409,
+    "IDEMPOTENCY_KEY_CONFLICT": 409,
+    "TEAM_MESSAGE_TOO_LARGE": 413,
+    "TEAM_MAILBOX_FULL": 429,
+    "VALIDATION_ERROR": 400,
+    "TEAM_SELF_MESSAGE": 400,
+    "SERVER_ERROR": 500,
+}
+
+
+class FrameNotSent(Exception):
+    """The tool frame never left: the call may simply be made again."""
+
+
+class AnswerLost(Exception):
+    """The tool frame went out and its answer will not come (the socket dropped, or it timed out):
+    the server may have done the call."""
+
+
+class SocketTools:
+    """Tool calls as frames on one connection of a session's websocket.
+
+    The session makes one per connection and sends ``probe_frame()`` before its
+    ``hello``. A server that does not know tool frames refuses the probe with an
+    ``error`` frame, and since it answers frames in order, that error comes before
+    the ``welcome`` (``refused()``); a ``tool_result`` for the probe, or a welcome
+    with the probe unanswered, shows that the server takes them (``welcomed()``).
+    Only then does ``call`` send frames; ``answer()`` routes each ``tool_result``
+    to its caller; ``close()`` (the socket dropped) fails every call in flight
+    with ``AnswerLost``.
+    """
+
+    PROBE_TOOL = "list_agents"  # read-only and allowed to every member
+    # daphne closes a socket that sends a message over 1 MiB (its default): a larger call goes over REST.
+    MAX_FRAME = 1_000_000
+    # The server takes at most 64 calls in flight per socket; past this many they go over REST.
+    MAX_IN_FLIGHT = 32
+
+    def __init__(self, send: Callable[[str], Awaitable[Any]]):
+        self._send = send
+        self._waiting: dict[str, asyncio.Future] = {}
+        self.probe_id = "probe-" + uuid.uuid4().hex
+        self.state = "probing"  # then "ready" or "refused"; "closed" once the socket is gone
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def probe_frame(self) -> dict:
+        return {"type": "tool", "id": self.probe_id, "name": self.PROBE_TOOL, "arguments": {}}
+
+    def welcomed(self) -> None:
+        if self.state == "probing":
+            self.state = "ready"
+
+    def refused(self) -> bool:
+        """An ``error`` frame arrived before the welcome: while probing, it is the probe's refusal."""
+        if self.state != "probing":
+            return False
+        self.state = "refused"
+        return True
+
+    def answer(self, frame: dict) -> None:
+        frame_id = frame.get("id")
+        if frame_id == self.probe_id:
+            self.welcomed()
+            return
+        waiter = self._waiting.pop(frame_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(frame)
+
+    def close(self) -> None:
+        self.state = "closed"
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            if not waiter.done():
+                waiter.set_exception(AnswerLost("the websocket dropped before the answer came"))
+
+    async def call(self, name: str, arguments: dict, timeout: float) -> dict:
+        """Send one tool frame and return its ``tool_result`` frame."""
+        if not self.ready:
+            raise FrameNotSent(f"tool frames are {self.state} on this connection")
+        if len(self._waiting) >= self.MAX_IN_FLIGHT:
+            raise FrameNotSent(f"{len(self._waiting)} tool calls are in flight on this connection")
+        text = json.dumps({"type": "tool", "id": (frame_id := uuid.uuid4().hex), "name": name, "arguments": arguments})
+        if len(text) > self.MAX_FRAME:  # ASCII (json.dumps escapes the rest): characters are bytes
+            raise FrameNotSent(f"a {len(text)}-byte frame is larger than a server's websocket takes")
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[frame_id] = waiter
+        try:
+            try:
+                await self._send(text)
+            except Exception as exc:  # it may have gone out before the socket failed
+                raise AnswerLost(f"sending the frame failed: {exc!r}") from exc
+            try:
+                return await asyncio.wait_for(waiter, timeout)
+            except asyncio.TimeoutError:
+                raise AnswerLost(f"no answer in {timeout:g}s") from None
+        finally:
+            self._waiting.pop(frame_id, None)
+
+
 class ServerClient:
     def __init__(self, server: str, token: str, *, max_backoff: float = 2.0):
         self.server = server.rstrip("/")
         self.token = token
         self.max_backoff = max_backoff
         self.member: str | None = None
+        # Set by the session while its websocket takes tool frames; None: tools go over REST.
+        self.transport: SocketTools | None = None
         self._http = httpx.AsyncClient(
             base_url=self.server, headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
         )
@@ -97,6 +226,9 @@ class ServerClient:
     async def tool(self, name: str, arguments: dict, *, call_id: str | None = None, repeat: bool = False) -> dict:
         """Call one Team tool; return its result or raise ToolError.
 
+        Over the session's websocket when ``transport`` is ready, else (and for every
+        repetition of a call whose answer was lost) over REST.
+
         ``repeat``: this call may already have been made (a resumed session runs again a call its
         history shows without a result), so a refusal is checked against the state like a lost answer."""
         body = dict(arguments)
@@ -105,12 +237,35 @@ class ServerClient:
         timeout = 30.0
         if name == "wait_agent":
             timeout = body.get("timeout_ms", 30_000) / 1000 + 30
-        response, ambiguous = await self._request("POST", f"/api/v1/tools/{name}", json=body, timeout=timeout)
+        ambiguous = False
+        transport = self.transport
+        if transport is not None and transport.ready:
+            try:
+                answer = await transport.call(name, body, timeout)
+            except FrameNotSent:
+                pass
+            except AnswerLost as exc:
+                log.info("tool %s over the websocket: %s; repeating it over REST", name, exc)
+                ambiguous = True
+            else:
+                if "result" in answer:
+                    crash_point(name)
+                    return answer["result"]
+                error = _error_of_frame(answer)
+                if error.code != "SERVER_ERROR":
+                    return await self._refused(name, arguments, error, repeat)
+                log.warning("tool %s over the websocket: the server failed; repeating it over REST", name)
+                ambiguous = True
+                await asyncio.sleep(0.1)
+        response, lost = await self._request("POST", f"/api/v1/tools/{name}", json=body, timeout=timeout)
         if response.status_code == 200:
             crash_point(name)
             return response.json()
-        error = _error_of(response)
-        if ambiguous or repeat:
+        return await self._refused(name, arguments, _error_of(response), ambiguous or lost or repeat)
+
+    async def _refused(self, name: str, arguments: dict, error: ToolError, maybe_done: bool) -> dict:
+        """A refusal; when an earlier attempt may have succeeded, first check whether it did."""
+        if maybe_done:
             recovered = await self._recover(name, arguments, error)
             if recovered is not None:
                 return recovered
@@ -177,6 +332,15 @@ def _looks_done(task: dict, arguments: dict, me: str | None) -> bool:
     if action == "reopen":
         return task["status"] == "pending"
     return False
+
+
+def _error_of_frame(frame: dict) -> ToolError:
+    """A refusal that came in a ``tool_result`` frame, with the status REST would have answered."""
+    error = frame.get("error")
+    if not isinstance(error, dict):  # neither result nor error: take it for a server failure
+        return ToolError("SERVER_ERROR", f"a tool_result without result or error: {frame!r}"[:500], 500)
+    code = str(error.get("code") or "ERROR")
+    return ToolError(code, str(error.get("message", "")), HTTP_STATUS.get(code, 0))
 
 
 def _error_of(response: httpx.Response) -> ToolError:

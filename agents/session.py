@@ -1,7 +1,8 @@
 """AgentSession: one member's agent session over the wire contract.
 
-It speaks ``/ws/agent/`` (hello, status, entries; steer, prompt, interrupt)
-and calls the nine Team tools over REST (agents.client). A turn is a loop of
+It speaks ``/ws/agent/`` (hello, status, entries, tool calls; steer, prompt,
+interrupt, tool results) and calls the nine Team tools over that websocket
+while it is connected, over REST otherwise (agents.client). A turn is a loop of
 steps: model call -> tool calls -> step boundary. At each boundary the
 messages steered in during the step enter the conversation in ``seq`` order,
 each reported as a ``user_message`` entry carrying its team-message source
@@ -40,7 +41,7 @@ from typing import Any
 import websockets
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from agents.client import TEAM_TOOLS, ServerClient, ToolError
+from agents.client import TEAM_TOOLS, ServerClient, SocketTools, ToolError
 from agents.model import Model, StepContext
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class AgentSession:
         self._baseline_pending = False
         self._replayed = asyncio.Event()  # the first welcome's replay has arrived
         self._ws = None
+        self._tools: SocketTools | None = None  # tool calls on the current connection
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._report_lock = asyncio.Lock()
@@ -193,9 +195,13 @@ class AgentSession:
                     open_timeout=10,
                     close_timeout=1,
                     max_queue=None,
+                    max_size=None,  # a tool_result is as large as its REST answer would be
                 ) as ws:
                     self._ws = ws
                     self._inflight.clear()
+                    self._tools = SocketTools(ws.send)
+                    # The probe goes first: a server that does not know tool frames refuses it before its welcome.
+                    await ws.send(json.dumps(self._tools.probe_frame()))
                     await ws.send(json.dumps({"type": "hello", "status": self.status}))
                     async for raw in ws:
                         await self._on_frame(json.loads(raw))
@@ -209,10 +215,19 @@ class AgentSession:
             finally:
                 self._ws = None
                 self.connected.clear()
+                self._drop_tools()
             if self._stopping.is_set():
                 return
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.max_backoff)
+
+    def _drop_tools(self) -> None:
+        """The socket is gone: tool calls go over REST; those in flight are repeated there (AnswerLost)."""
+        tools, self._tools = self._tools, None
+        if tools is not None:
+            if self.client.transport is tools:
+                self.client.transport = None
+            tools.close()
 
     async def _send(self, frame: dict) -> bool:
         ws = self._ws
@@ -234,6 +249,10 @@ class AgentSession:
             # Nothing undelivered: the next steer's seq is where this member's inbox stands now.
             self._baseline_pending = self._replay_left == 0
             self.stats["connects"] += 1
+            if self._tools is not None:
+                self._tools.welcomed()
+                if self._tools.ready:
+                    self.client.transport = self._tools
             self.connected.set()
             if self._replay_left == 0:
                 self._replayed.set()
@@ -256,7 +275,13 @@ class AgentSession:
             with contextlib.suppress(ValueError):
                 self._inflight.remove(entry_id)
             self._acked(entry_id, folded=bool(frame.get("folded")))
+        elif kind == "tool_result":
+            if self._tools is not None:
+                self._tools.answer(frame)
         elif kind == "error":
+            if not self.connected.is_set() and self._tools is not None and self._tools.refused():
+                log.info("the server takes no tool calls on the websocket (%s): they go over REST", frame.get("error"))
+                return
             log.warning("server refused a frame: %s", frame.get("error"))
             if self._inflight:
                 entry_id = self._inflight.popleft()

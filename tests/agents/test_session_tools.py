@@ -1,0 +1,212 @@
+"""AgentSession calls the Team tools over its own websocket, against a real daphne
+process: no ``POST /api/v1/tools/`` while it is connected (daphne's access log
+prints every request), an answer lost with the socket is repeated over REST
+without doing anything twice, and a server that does not know tool frames gets
+every call over REST."""
+import asyncio
+import contextlib
+import json
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import serve
+
+from agents import AgentSession, ModelReply, ServerClient, StepContext, ToolCall
+from tests.agents.support import Team
+from tests.agents.test_session_folding import until
+
+pytestmark = pytest.mark.e2e
+
+
+class Script:
+    """A plugged-in model: the tool calls of each step of a turn, then a final text."""
+
+    def __init__(self, *steps: list[ToolCall]):
+        self.steps = steps
+
+    async def step(self, context: StepContext) -> ModelReply:
+        if context.step < len(self.steps):
+            return ModelReply(tool_calls=list(self.steps[context.step]))
+        return ModelReply(text="done")
+
+
+WORKER_SCRIPT = (
+    [
+        ToolCall("team_task_create", {"subject": "s", "description": "d"}),
+        ToolCall("team_task_list", {}),
+        ToolCall("list_agents", {}),
+    ],
+    [ToolCall("send_message", {"target": "lead", "message": "hi"}), ToolCall("wait_agent", {"timeout_ms": 10_000})],
+)
+
+
+def tool_posts(server, tool: str = "") -> int:
+    """Tool calls daphne answered over REST, by its access log."""
+    return server.log().count(f'"POST /api/v1/tools/{tool}')
+
+
+def results(entries: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for entry in entries:
+        if entry["kind"] == "tool_result":
+            out.setdefault(entry["tool"], []).append(entry)
+    return out
+
+
+async def run_turn(team: Team, session: AgentSession, member: str) -> list[dict]:
+    """Prompt the member (operator REST, not a tool call) and wait until the turn has ended."""
+    ends = sum(e["kind"] == "turn_end" for e in session.entries)
+    await asyncio.to_thread(team.prompt, member, "go")
+    await until(lambda: sum(e["kind"] == "turn_end" for e in session.entries) > ends and session.idle.is_set(),
+                "the turn", timeout=60)
+    return await asyncio.to_thread(team.history, member)
+
+
+async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "socket-tools")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    assert spawned.status_code == 200
+    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
+                           max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        await asyncio.sleep(0.3)
+        before = tool_posts(daphne_server)
+        assert before >= 1, "daphne's access log shows the REST spawn_teammate"
+
+        history = await run_turn(team, session, "worker")
+        done = results(history)
+        assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
+        assert all("result" in r for rs in done.values() for r in rs), done
+        assert done["send_message"][0]["result"]["idempotent_replay"] is False
+        await asyncio.sleep(0.5)  # the access log is written as a request ends
+        assert tool_posts(daphne_server) == before, "no tool call of the session went over REST"
+        assert session.client.transport is not None and session.client.transport.ready
+
+        # A dropped socket: the next connection carries the calls again.
+        connects = session.stats["connects"]
+        session.drop_connection()
+        await until(lambda: session.stats["connects"] > connects, "the reconnect")
+        history = await run_turn(team, session, "worker")
+        assert [len(r) for r in results(history).values()] == [2, 2, 2, 2, 2]
+        await asyncio.sleep(0.5)
+        assert tool_posts(daphne_server) == before
+        messages = await asyncio.to_thread(team.messages)
+        assert [m["content"] for m in messages] == ["hi", "hi"]  # one per turn, none twice
+    finally:
+        await session.stop()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphne_server):
+    """The server did the call, its tool_result never reached the session (the socket dropped
+    in between): the call is repeated over REST and answered from the state it left."""
+    team = Team(live_env, daphne_server, "lost-answers")
+    model = Script(
+        [ToolCall("spawn_teammate", {"name": "worker", "description": "d", "prompt": "p"})],
+        [ToolCall("send_message", {"target": "worker", "message": "hello"})],
+    )
+    session = AgentSession(daphne_server.url, team.lead_token, model, max_backoff=0.3)
+    lost: list[str] = []
+    on_frame = session._on_frame
+
+    async def losing(frame: dict) -> None:
+        """Lose the first answer to spawn_teammate and to send_message, with the socket."""
+        result = frame.get("result") or {}
+        what = next((k for k in ("member", "message_id") if k in result), None)
+        if frame.get("type") == "tool_result" and what and what not in lost:
+            lost.append(what)
+            session.drop_connection()
+            return
+        await on_frame(frame)
+
+    session._on_frame = losing
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        history = await run_turn(team, session, "lead")
+        assert lost == ["member", "message_id"]
+        assert session.stats["connects"] >= 3
+
+        done = results(history)
+        [spawn], [send] = done["spawn_teammate"], done["send_message"]
+        assert spawn["result"]["member"]["name"] == "worker", spawn  # TEAM_NAME_TAKEN, recognised in the roster
+        assert send["result"]["idempotent_replay"] is True, send  # answered from its idempotency key
+        summary = await asyncio.to_thread(team.summary)
+        assert sorted(m["name"] for m in summary["members"]) == ["lead", "worker"]
+        messages = await asyncio.to_thread(team.messages)
+        assert [(m["sender"], m["target"], m["content"]) for m in messages] == [("lead", "worker", "hello")]
+        await asyncio.sleep(0.5)
+        # Each first went out as a frame; only its repetition went over REST.
+        assert tool_posts(daphne_server, "spawn_teammate") == 1
+        assert tool_posts(daphne_server, "send_message") == 1
+    finally:
+        await session.stop()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+VALIDATION = "type: Input tag 'tool' found using 'type' does not match any of the expected tags: 'hello', 'status', 'entry'"
+
+
+@contextlib.asynccontextmanager
+async def server_without_tool_frames(upstream: str):
+    """/ws/agent/ as a server from before tool frames answers them: every other frame goes
+    to the real server; a ``tool`` frame gets the error frame its validation gave."""
+    refused: list[dict] = []
+
+    async def relay(client):
+        headers = {"Authorization": client.request.headers["Authorization"]}
+        async with connect(upstream + "/ws/agent/", additional_headers=headers, max_queue=None) as server:
+            async def down():
+                async for raw in server:
+                    await client.send(raw)
+
+            async def up():
+                async for raw in client:
+                    frame = json.loads(raw)
+                    if frame.get("type") == "tool":
+                        refused.append(frame)
+                        await client.send(json.dumps({"type": "error",
+                                                      "error": {"code": "VALIDATION_ERROR", "message": VALIDATION}}))
+                    else:
+                        await server.send(raw)
+
+            pumps = [asyncio.create_task(down()), asyncio.create_task(up())]
+            try:
+                await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for pump in pumps:
+                    pump.cancel()
+                await asyncio.gather(*pumps, return_exceptions=True)
+
+    async with serve(relay, "127.0.0.1", 0) as listening:
+        port = listening.sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}", refused
+
+
+async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "old-server")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    assert spawned.status_code == 200
+    token = await asyncio.to_thread(team.token, "worker")
+    async with server_without_tool_frames(daphne_server.ws_url) as (relay_url, refused):
+        session = AgentSession(relay_url, token, Script(*WORKER_SCRIPT), max_backoff=0.3)
+        await session.client.aclose()
+        session.client = ServerClient(daphne_server.url, token, max_backoff=0.3)  # REST straight to daphne
+        running = asyncio.create_task(session.run())
+        try:
+            await asyncio.wait_for(session.connected.wait(), 30)
+            await asyncio.sleep(0.3)
+            before = tool_posts(daphne_server)
+            history = await run_turn(team, session, "worker")
+            done = results(history)
+            assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
+            assert all("result" in r for rs in done.values() for r in rs), done
+            await asyncio.sleep(0.5)
+            assert tool_posts(daphne_server) == before + 5, "every call went over REST"
+            assert session.client.transport is None
+            assert [f["id"].startswith("probe-") for f in refused] == [True] * session.stats["connects"]
+        finally:
+            await session.stop()
+            await asyncio.gather(running, return_exceptions=True)
