@@ -69,7 +69,12 @@ def _writer_new():
     from mailbox import delivery
     from mailbox.writer import Writer
 
-    return Writer("steerboard-db-writer", log_flush=delivery.log_rows_flush, after_call=_keep_connections)
+    return Writer(
+        "steerboard-db-writer",
+        log_flush=delivery.log_rows_flush,
+        after_call=_keep_connections,
+        pipeline=delivery.jobs_piped,
+    )
 
 
 def writer():

@@ -548,6 +548,10 @@ from teams.models import status_of  # noqa: E402
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
 
 
+def hosts_exists(member: str, hosts: str) -> str:
+    return f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
+
+
 class _Sql:
     """The hot path's statements for one database vendor."""
 
@@ -568,8 +572,8 @@ class _Sql:
             f"UPDATE {member} SET next_seq = next_seq + 1 "
             f"WHERE team_id = %s AND name = %s AND phase <> 'retired' "
             f"AND {pending('queued')} + {pending('accepted')} < %s "
-            f"RETURNING id, next_seq - 1, phase, session_state, session_channel, {pending('queued')}, "
-            f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
+            f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, {pending('queued')}, "
+            f"{hosts_exists(member, hosts)}"
         )
         self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
         self.target_pending = (
@@ -603,6 +607,67 @@ class _Sql:
         )
         self.log_insert_head = f"INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) VALUES "
         self.log_row = f"(%s, %s, %s, {json_value}, %s)"
+        if vendor != "postgresql":
+            self.send_one = self.entry_one = self.send_piped = self.entry_piped = None
+            return
+        # PostgreSQL runs each job as one statement (one round trip): the statements
+        # above joined by data-modifying WITH clauses, which SQLite does not have.
+        pushable = "phase IN ('active', 'provisioning') AND session_state IN ('running', 'idle')"
+        self.send_one = (
+            f"WITH t AS ({self.target_claim.removesuffix(', ' + hosts_exists(member, hosts))}"
+            f", {hosts_exists(member, hosts)} AS has_host, ({pushable} AND {pending('queued')} = 0 AND %s) AS admit), "
+            f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
+            f"state, attempts, last_error, created_at, queued_at, accepted_at) "
+            f"SELECT %s, %s, %s, t.id, %s, t.seq, %s, %s, CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, "
+            f"CASE WHEN t.admit THEN 1 ELSE 0 END, '', %s, %s, CASE WHEN t.admit THEN %s ELSE NULL END FROM t) "
+            f"SELECT t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit FROM t"
+        )
+        self.entry_one = (
+            f"WITH h AS ({self.entry_insert}), "
+            f"d AS (UPDATE {message} SET state = 'delivered', delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
+            f"WHERE %s AND id = %s AND target_id = %s AND state <> 'delivered' AND (EXISTS (SELECT 1 FROM h) "
+            f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s)) RETURNING seq) "
+            f"SELECT (SELECT id FROM h), (SELECT seq FROM d)"
+        )
+        # The same with their Lead-log records, so that a batch's statements need no
+        # answer from each other: the writer sends them all in one pipeline.
+        text = "CAST(%(target)s AS text)"
+        self.send_piped = (
+            f"WITH t AS (UPDATE {member} SET next_seq = next_seq + 1 "
+            f"WHERE team_id = %(team)s AND name = %(target)s AND phase <> 'retired' "
+            f"AND {pending('queued')} + {pending('accepted')} < %(limit)s "
+            f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
+            f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {pending('queued')} = 0 AND %(may)s) AS admit), "
+            f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
+            f"state, attempts, last_error, created_at, queued_at, accepted_at) "
+            f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, '', '', "
+            f"CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
+            f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
+            f"l AS (INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) "
+            f"SELECT %(team)s, '{LogKind.MESSAGE_QUEUED}', %(id)s, jsonb_build_object('sender', "
+            f"CAST(%(sender_name)s AS text), 'target', {text}, 'seq', t.seq), %(now)s FROM t "
+            f"UNION ALL SELECT %(team)s, '{LogKind.MESSAGE_ACCEPTED}', %(id)s, jsonb_build_object('target', {text}, "
+            f"'seq', t.seq, 'target_status', t.session_state, 'redelivery', false), %(now)s FROM t WHERE t.admit) "
+            f"SELECT t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit FROM t"
+        )
+        self.entry_piped = (
+            f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
+            f"VALUES (%(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s) "
+            f"ON CONFLICT DO NOTHING RETURNING id), "
+            f"d AS (UPDATE {message} SET state = 'delivered', delivered_at = %(now)s, "
+            f"accepted_at = COALESCE(accepted_at, %(now)s) "
+            f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state <> 'delivered' "
+            f"AND (EXISTS (SELECT 1 FROM h) "
+            f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
+            f"RETURNING seq), "
+            f"l AS (INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) "
+            f"SELECT %(team)s, '{LogKind.MESSAGE_DELIVERED}', %(message)s, jsonb_build_object('target', "
+            f"CAST(%(name)s AS text), 'seq', d.seq), %(now)s FROM d ON CONFLICT DO NOTHING), "
+            f"p AS (UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %(now)s "
+            f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = 'queued') "
+            f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
+            f"EXISTS (SELECT 1 FROM {message} WHERE id = %(message)s AND target_id = %(member)s)"
+        )
 
 
 _sql_by_vendor: dict[str, _Sql] = {}
@@ -659,6 +724,43 @@ class _HotCursor:
 
 
 _hot_cursor = _HotCursor
+
+
+def jobs_piped(jobs: list, batch: "_writer.Batch") -> list:
+    """PostgreSQL: send the statements of the jobs that have one in one pipeline
+    (one round trip for the batch instead of one per statement), then hand each
+    job its row. Answers the jobs that still need to run one by one."""
+    statements = [(job, job.piped(batch)) for job in jobs] if _sql().send_piped else []
+    piped = [(job, st) for job, st in statements if st is not None]
+    if not piped:
+        return jobs
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    counting = sqlcount.installed()
+    cursors = []
+    try:
+        with raw.pipeline():
+            for job, (statement, params) in piped:
+                cursor = psycopg.Cursor(raw)
+                cursor.execute(statement, params, prepare=True)
+                cursors.append((job, cursor))
+                if counting:
+                    sqlcount.statement_run(in_transaction=True)
+    except Exception:
+        connection.errors_occurred = True
+        raise
+    for job, cursor in cursors:
+        job.error = None
+        try:
+            job.piped_result(cursor.fetchone(), batch)
+        except TeamError as exc:  # a refusal wrote nothing (or undid its entry)
+            job.error = exc
+        finally:
+            cursor.close()
+    done = {id(job) for job, _ in piped}
+    return [job for job in jobs if id(job) not in done]
 
 
 def log_rows_flush(batch: "_writer.Batch") -> None:
@@ -738,7 +840,22 @@ class SendJob(_writer.Job):
                         ErrorCode.NOT_FOUND, f"You received no message {self.reply_to!r} to reply to.", persisted=False
                     )
                 self.thread_id = row[1] or row[0]
-            cursor.execute(sql.target_claim, [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")])
+            claim = [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")]
+            if sql.send_one:
+                cursor.execute(
+                    sql.send_one,
+                    claim + [self.may_admit, self.message_id, sender.team_id, sender.pk, self.content, self.thread_id,
+                             self.reply_to, now, now, now],
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
+                self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
+                self.target_status = status_of(phase, session_state)
+                self.has_host = bool(has_host)
+                self._log(batch)
+                return
+            cursor.execute(sql.target_claim, claim)
             row = cursor.fetchone()
             if row is None:
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
@@ -759,6 +876,10 @@ class SendJob(_writer.Job):
                     1 if self.admitted else 0, now, now, now if self.admitted else None,
                 ],
             )
+        self._log(batch)
+
+    def _log(self, batch) -> None:
+        sender = self.sender
         self.created_at = batch.now
         batch.log(
             team_id=sender.team_id, kind=LogKind.MESSAGE_QUEUED, message_id=self.message_id,
@@ -772,6 +893,27 @@ class SendJob(_writer.Job):
                      "redelivery": False}
                 ),
             )
+
+    def piped(self, batch) -> tuple[str, dict] | None:
+        """The job as one statement that needs no other's answer (PostgreSQL), or None."""
+        sql = _sql()
+        if not sql.send_piped or self.reply_to:
+            return None
+        self.thread_id = ""
+        return sql.send_piped, {
+            "team": self.sender.team_id, "target": self.target_name, "limit": _limit("MAX_PENDING_PER_TARGET"),
+            "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
+            "content": self.content, "now": batch.now,
+        }
+
+    def piped_result(self, row, batch) -> None:
+        if row is None:
+            with _hot_cursor() as cursor:
+                _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
+        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
+        self.target_status = status_of(phase, session_state)
+        self.has_host = bool(has_host)
+        self.created_at = batch.now
 
     def committed(self) -> None:
         if self.admitted:  # otherwise message_admit_enqueued reaches the point, before its admission
@@ -841,43 +983,68 @@ class EntryJob(_writer.Job):
         member, sql = self.member, _sql()
         now = connection.ops.adapt_datetimefield_value(batch.now)
         self.delivered = False
+        mark = bool(self.message_id) and not self._delivered_deferred()
+        insert = [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now]
         with _hot_cursor() as cursor:
-            cursor.execute(
-                sql.entry_insert,
-                [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now],
-            )
-            row = cursor.fetchone()
-            created = row is not None
-            if self.message_id:
-                deferred = False
-                try:
-                    faults.inject("delivered_record")
-                except faults.TemporaryDeliveryError:
-                    # The entry is durable; recovery (reconcile, or the session's next report) writes delivered.
-                    log.warning("delivered record for %s deferred to recovery", self.message_id)
-                    deferred = True
-                if not deferred:
-                    cursor.execute(
-                        sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id]
-                    )
+            if sql.entry_one:  # PostgreSQL: the insert and the delivered update in one statement
+                cursor.execute(
+                    sql.entry_one, insert + [now, now, mark, self.message_id, member.pk, member.pk, self.message_id]
+                )
+                inserted, seq = cursor.fetchone()
+            else:
+                cursor.execute(sql.entry_insert, insert)
+                found = cursor.fetchone()
+                inserted, seq = (found[0] if found else None), None
+                if mark:
+                    cursor.execute(sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id])
                     marked = cursor.fetchone()
-                    if marked is not None:
-                        self.delivered = True
-                        batch.log(
-                            team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=self.message_id,
-                            data=json.dumps({"target": member.name, "seq": marked[0]}),
-                        )
-                if not self.delivered:
-                    cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
-                    if cursor.fetchone() is None:
-                        if created:
-                            cursor.execute(sql.entry_undo, [row[0]])
-                        raise TeamError(
-                            ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you."
-                        )
+                    seq = marked[0] if marked else None
+            if seq is not None:
+                self.delivered = True
+                batch.log(
+                    team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=self.message_id,
+                    data=json.dumps({"target": member.name, "seq": seq}),
+                )
+            elif self.message_id:  # folded, deferred, or not this member's message at all
+                cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
+                if cursor.fetchone() is None:
+                    if inserted is not None:
+                        cursor.execute(sql.entry_undo, [inserted])
+                    raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
             if self.prompt_id:
                 cursor.execute(sql.prompt_started, [now, self.prompt_id, member.pk])
-        self.result = created
+        self.result = inserted is not None
+
+    def piped(self, batch) -> tuple[str, dict] | None:
+        sql = _sql()
+        if not sql.entry_piped:
+            return None
+        self.delivered = False
+        member = self.member
+        return sql.entry_piped, {
+            "member": member.pk, "entry_id": self.entry["id"], "kind": self.entry["kind"], "message": self.message_id,
+            "prompt": self.prompt_id, "data": self.data, "now": batch.now, "team": member.team_id,
+            "name": member.name, "mark": bool(self.message_id) and not self._delivered_deferred(),
+        }
+
+    def piped_result(self, row, batch) -> None:
+        inserted, seq, mine = row
+        self.delivered = seq is not None
+        if self.message_id and not mine:
+            with _hot_cursor() as cursor:
+                if inserted is not None:
+                    cursor.execute(_sql().entry_undo, [inserted])
+            raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
+        self.result = inserted is not None
+
+    def _delivered_deferred(self) -> bool:
+        try:
+            faults.inject("delivered_record")
+        except faults.TemporaryDeliveryError:
+            # The entry is durable; recovery (reconcile, or the session's next report) writes delivered.
+            log.warning("delivered record for %s deferred to recovery", self.message_id)
+            return True
+        return False
 
     def committed(self) -> None:
         faults.crash_point("after_entry")

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+import sys
 import threading
 from collections.abc import Callable
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # A batch stops growing here: its pushes and answers wait for its commit.
 MAX_BATCH = 128
+# Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
+SWITCH_INTERVAL = 0.0005
 
 
 class Job:
@@ -57,6 +60,14 @@ class Job:
 
     def execute(self, batch: "Batch") -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def piped(self, batch: "Batch"):
+        """The job as one statement that needs no other job's answer, as
+        (sql, params), for a database that pipelines a batch; None: run ``execute``."""
+        return None
+
+    def piped_result(self, row, batch: "Batch") -> None:
+        """The piped statement's row, after the pipeline."""
 
     def committed(self) -> None:
         """On the writer thread, right after the commit (crash points live here)."""
@@ -96,8 +107,16 @@ class _Call:
 class Writer(concurrent.futures.Executor):
     _max_workers = 1  # mailbox/db.close_all sends one closing call per thread
 
-    def __init__(self, name: str, *, log_flush: Callable[[Batch], None], after_call: Callable[[], None]):
+    def __init__(
+        self,
+        name: str,
+        *,
+        log_flush: Callable[[Batch], None],
+        after_call: Callable[[], None],
+        pipeline: Callable[[list, Batch], list] | None = None,
+    ):
         self.name = name
+        self._pipeline = pipeline
         self._items: collections.deque = collections.deque()
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -131,6 +150,11 @@ class Writer(concurrent.futures.Executor):
                 raise RuntimeError(f"the writer {self.name} has stopped")
             self._items.append(item)
             if self._thread is None:
+                # The event loop holds the GIL while it works; each time the writer's
+                # database call returns, the writer waits for the interpreter to hand
+                # the GIL over, by default after 5 ms. A batch makes several calls, so
+                # under load that wait, not the database, set the batch's pace.
+                sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
             self._ready.notify()
@@ -172,7 +196,10 @@ class Writer(concurrent.futures.Executor):
         try:
             batch = Batch(timezone.now())
             with transaction.atomic():
-                for job in sorted(jobs, key=_lock_order):
+                ordered = sorted(jobs, key=_lock_order)
+                if len(ordered) > 1 and self._pipeline is not None:
+                    ordered = self._pipeline(ordered, batch)
+                for job in ordered:
                     self._execute(job, batch)
                 self._log_flush(batch)
         except Exception:

@@ -117,6 +117,36 @@ async def test_a_full_mailbox_is_refused_with_its_count(api, settings):
     assert refused.value.code == "TEAM_MAILBOX_FULL" and "already has 2" in refused.value.message
 
 
+async def test_a_group_committed_batch_leaves_the_rows_single_jobs_leave(api):
+    team = await team_new()
+    agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
+    await agent.connect("running")
+    lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
+    single = (await delivery.message_send_fast(sender=lead, target_name="implementer", content="w"))["message_id"]
+    batch = [delivery.SendJob(sender=lead, target_name="implementer", content="w") for _ in range(3)]
+    results, batches = await _while_the_writer_is_held(batch)
+    assert batches == 1 and all(r is None for r in results)
+    expected = await row(single)
+    expected.pop("seq")
+    for job in batch:
+        got = await row(job.message_id)
+        assert got.pop("seq") == job.seq
+        assert got == expected
+        assert [(k, {**d, "seq": 0}) for k, d in await log_of(job.message_id)] == [
+            (k, {**d, "seq": 0}) for k, d in await log_of(single)]
+    entries = [delivery.EntryJob(member=target, entry=entry_for(m, f"e-{i}"))
+               for i, m in enumerate([single] + [job.message_id for job in batch])]
+    results, batches = await _while_the_writer_is_held(entries + [
+        delivery.EntryJob(member=target, entry=entry_for(single, "e-0"))])
+    assert batches == 1 and results == [True, True, True, True, False]
+    for m in [single] + [job.message_id for job in batch]:
+        assert (await row(m))["state"] == "delivered"
+        assert [k for k, _ in await log_of(m)] == [
+            "team/message/queued", "team/message/accepted", "team/message/delivered"]
+        assert dict((await log_of(m))[-1][1]) == {"target": "implementer", "seq": (await row(m))["seq"]}
+    await agent.close()
+
+
 class Broken(Job):
     def execute(self, batch):
         from django.db import connection
