@@ -26,7 +26,6 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
-import sys
 import threading
 from collections.abc import Callable
 
@@ -38,8 +37,6 @@ log = logging.getLogger(__name__)
 
 # A batch stops growing here: its pushes and answers wait for its commit.
 MAX_BATCH = 128
-# Seconds a thread may hold the GIL while another waits for it (CPython's default: 0.005).
-SWITCH_INTERVAL = 0.0005
 
 
 class Job:
@@ -150,11 +147,6 @@ class Writer(concurrent.futures.Executor):
                 raise RuntimeError(f"the writer {self.name} has stopped")
             self._items.append(item)
             if self._thread is None:
-                # The event loop holds the GIL while it works; each time the writer's
-                # database call returns, the writer waits for the interpreter to hand
-                # the GIL over, by default after 5 ms. A batch makes several calls, so
-                # under load that wait, not the database, set the batch's pace.
-                sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
             self._ready.notify()
