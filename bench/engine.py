@@ -1,0 +1,555 @@
+"""What the delivery engine costs, beside the floor of the same daphne, in one run.
+
+    python bench/engine.py                                 # embedded, then scale-out
+    python bench/engine.py --backend embedded --send-via rest
+    python bench/engine.py --backend scale-out --send-via ws
+
+Per backend: (1) the floor: a bare ASGI app (bench/bare_app.py) under the same
+daphne, measured with the same client: POST req/s at saturation, one POST's
+p50 and a websocket echo's p50 at light load; (2) Steerboard's delivered
+msg/s at saturation (closed-loop senders, at most --window messages per worker
+sent and not yet delivered; the window opens once as many sends are answered as
+entries acknowledged per second; a message counts at the ack of its entry at
+the target) and its ratio to the bare POST rate; (3) server CPU ms
+per delivered message (/proc of every daphne process); (4) SQL statements
+and commits per delivered message, from a counted pass (STEERBOARD_COUNT_SQL=1,
+GET /api/v1/debug/sql); (5) send→delivered p50/p99 at a light fixed rate and
+at 100 msg/s, against the bare POST p50. Then a summary against the targets of
+issue 11. The load comes from worker processes (bench/lean.py: `websockets`
+and aiohttp, no Django); their CPU is printed beside each saturation figure so
+a client-bound run shows.
+
+Needs `pip install aiohttp` (orjson is used when installed).
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from common import BACKENDS, Bench, audit_line, pct
+from lean import (JSON_LIB, Pool, Unsupported, all_cpu_seconds, loadavg, machine_ticks, process_label, process_tree,
+                  tree_cpu_seconds)
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+WARM = 1.0  # seconds of bare POST load before its window opens
+
+
+def section(title: str) -> None:
+    print(f"\n-- {title}   [{loadavg()}]", flush=True)
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+# --- measuring windows ---------------------------------------------------------------------------
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def sql_counters(urls: list[str], headers: dict) -> list[dict]:
+    out = []
+    for url in urls:
+        r = httpx.get(url + "/api/v1/debug/sql", headers=headers, timeout=10)
+        r.raise_for_status()
+        out.append(r.json())
+    return out
+
+
+def window(w0: float, w1: float, pids: dict[str, list[int]], sql: tuple[list[str], dict] | None = None,
+           db_name: str = "") -> dict:
+    """CPU seconds of each group of processes (with their children), the machine's busy share
+    and, when asked, the SQL counters' deltas, between monotonic times w0 and w1."""
+    _sleep_until(w0)
+    c0 = {g: [tree_cpu_seconds(p) for p in ps] for g, ps in pids.items()}
+    a0 = all_cpu_seconds()
+    m0 = machine_ticks()
+    s0 = sql_counters(*sql) if sql else None
+    t0 = time.monotonic()
+    _sleep_until(w1)
+    c1 = {g: [tree_cpu_seconds(p) for p in ps] for g, ps in pids.items()}
+    a1 = all_cpu_seconds()
+    m1 = machine_ticks()
+    s1 = sql_counters(*sql) if sql else None
+    span = time.monotonic() - t0
+    ours = {os.getpid(), *(q for ps in pids.values() for p in ps for q in process_tree(p))}
+    others: dict[str, float] = {}
+    for p, cpu in a1.items():
+        if p not in ours and cpu - a0.get(p, 0.0) >= 0.02:
+            label = process_label(p, db_name)
+            others[label] = others.get(label, 0.0) + cpu - a0.get(p, 0.0)
+    out = {
+        "span": span,
+        "others": sorted(others.items(), key=lambda kv: -kv[1])[:4],
+        "db": others.get("postgres (this run's database)", 0.0),
+        "redis": others.get("redis-server", 0.0),
+        "cpu": {g: [b - a for a, b in zip(c0[g], c1[g])] for g in pids},
+        # shares of all cores together: 1.0 = every core busy
+        "machine": {k: (m1[k] - m0[k]) / max(1, m1["total"] - m0["total"]) for k in m0 if k != "total"},
+    }
+    if sql:
+        out["statements"] = sum(b["statements"] - a["statements"] for a, b in zip(s0, s1))
+        out["commits"] = sum(b["commits"] - a["commits"] for a, b in zip(s0, s1))
+        # A statement outside a transaction commits on its own; the server counts those apart (when it does).
+        out["autocommit"] = sum(b.get("autocommit_statements", 0) - a.get("autocommit_statements", 0)
+                                for a, b in zip(s0, s1))
+    return out
+
+
+def cpu_line(w: dict, groups: dict[str, str]) -> str:
+    parts = []
+    for g, label in groups.items():
+        shares = [c / w["span"] * 100 for c in w["cpu"][g]]
+        each = " + ".join(f"{s:.0f}%" for s in shares)
+        parts.append(f"{label} {each}" + (f" (= {sum(shares):.0f}%)" if len(shares) > 1 else ""))
+    cores = os.cpu_count() or 1
+    m = w["machine"]
+    ours = sum(sum(c) for c in w["cpu"].values()) / w["span"]
+    parts.append(f"machine {m['busy'] * cores * 100:.0f}% of {cores * 100}% (user {m['user'] * cores * 100:.0f}%, "
+                 f"system {m['system'] * cores * 100:.0f}%, irq+softirq {m['irq'] * cores * 100:.0f}%, "
+                 f"steal {m['steal'] * cores * 100:.0f}%), of which not these processes "
+                 f"{max(0.0, m['busy'] * cores - ours) * 100:.0f}%")
+    if w["others"]:
+        parts.append("busiest other processes: " + ", ".join(f"{n} {c / w['span'] * 100:.0f}%" for n, c in w["others"]))
+    return "CPU (100% = one core): " + "; ".join(parts)
+
+
+# --- the floor -----------------------------------------------------------------------------------
+class BareDaphne:
+    def __init__(self, tmp: Path):
+        from tests.support.live import free_port
+
+        self.port = free_port()
+        self.log = open(tmp / f"bare-daphne-{self.port}.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "bare_app:app"],
+            cwd=BENCH_DIR,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the bare daphne exited early")
+            try:
+                if httpx.post(self.url, content=b"{}", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the bare daphne did not answer in 30 s")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(10)
+        self.log.close()
+
+
+def measure_floor(pool: Pool, args, idle_pids: list[int]) -> dict:
+    section("floor: bare ASGI app (bench/bare_app.py) under the same daphne, same client")
+    tmp = Path(tempfile.mkdtemp(prefix="steerboard-bench-bare-"))
+    try:
+        bare = BareDaphne(tmp)
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        concurrency = args.bare_concurrency or args.senders
+        t_start = time.monotonic() + 0.5
+        for w in range(args.workers):
+            pool.send(w, "bare_post_closed", url=bare.url, concurrency=concurrency, t_start=t_start, warm=WARM,
+                      duration=args.saturate_for)
+        win = window(t_start + WARM, t_start + WARM + args.saturate_for,
+                     {"bare": [bare.proc.pid], "workers": pool.pids, "steerboard": idle_pids})
+        parts = [pool.recv(w) for w in range(args.workers)]
+        done = sum(p["in_window"] for p in parts)
+        errors = sum(p["errors"] for p in parts)
+        rate = done / args.saturate_for
+        print(f"  bare POST at saturation ({args.workers} workers x {concurrency} closed-loop clients, "
+              f"{args.saturate_for:.0f} s window): {rate:,.0f} req/s ({done} answered in the window, {errors} errors)")
+        print("  " + cpu_line(win, {"bare": "daphne", "workers": "client workers", "steerboard": "Steerboard (idle)"}))
+        post = pool.call(0, "bare_post_seq", url=bare.url, count=args.light_count)
+        echo = pool.call(0, "bare_ws_seq", url=bare.url.replace("http://", "ws://"), count=args.light_count)
+        post_p50 = pct(post, 50)
+        print(f"  bare POST, sequential ({len(post)}): p50 {fmt_ms(post_p50)}, p99 {fmt_ms(pct(post, 99))}")
+        print(f"  websocket echo, sequential ({len(echo)}): p50 {fmt_ms(pct(echo, 50))}, p99 {fmt_ms(pct(echo, 99))}")
+        bare_share = win["cpu"]["bare"][0] / win["span"]
+        client_share = sum(win["cpu"]["workers"]) / win["span"]
+        client_max = max(win["cpu"]["workers"]) / win["span"]
+        if client_max >= 0.85:
+            verdict = f"a client worker used {client_max * 100:.0f}% of a core: the CLIENT may be the limit (add --workers)"
+        elif bare_share >= 0.85:
+            verdict = "the bare daphne used all of a core and no client worker did: the server is the limit"
+        elif win["machine"]["busy"] >= 0.9:
+            verdict = (f"the bare daphne used {bare_share * 100:.0f}% of a core and the machine was full: "
+                       f"daphne, the client and the kernel's loopback work share {os.cpu_count()} cores")
+        else:
+            verdict = (f"neither the bare daphne ({bare_share * 100:.0f}%) nor a client worker was saturated: "
+                       f"raise --bare-concurrency")
+        print(f"  who saturates: {verdict}")
+        return {"post_rate": rate, "post_p50": post_p50, "echo_p50": pct(echo, 50), "bare_cpu": bare_share,
+                "client_cpu": client_share}
+    finally:
+        bare.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- Steerboard ----------------------------------------------------------------------------------
+def layout(team: dict, servers: int, workers: int) -> list[list]:
+    """Member i: server i % servers, worker (i // servers) % workers, so each worker's members
+    (the targets of its sends) sit on every server."""
+    names = sorted(team["members"], key=lambda n: int(n[1:]))
+    shares: list[list] = [[] for _ in range(workers)]
+    for i, name in enumerate(names):
+        shares[(i // servers) % workers].append([name, team["members"][name], i % servers])
+    return shares
+
+
+def connect(pool: Pool, bench: Bench, team: dict, args) -> None:
+    shares = layout(team, len(bench.servers), args.workers)
+    if min(len(s) for s in shares) < 2:
+        raise SystemExit("every worker needs at least two members: raise --members or lower --workers")
+    urls = [s.url for s in bench.servers]
+    for w in range(args.workers):
+        pool.send(w, "agents", members=shares[w], servers=urls, send_via=args.send_via,
+                  http_limit=max(256, 2 * args.senders))
+    for w in range(args.workers):
+        pool.recv(w, timeout=180)
+
+
+def server_pids(bench: Bench) -> list[int]:
+    # DaphneProcess runs `python -m daphne` itself (no shell): proc.pid is daphne; window() adds children.
+    return [s.proc.pid for s in bench.servers]
+
+
+def db_name(bench: Bench) -> str:
+    return bench.env.env["DATABASE_URL"].rsplit("/", 1)[1] if bench.env.postgres else ""
+
+
+def merge(parts: list[dict]) -> dict:
+    out = {"sent_ok": 0, "missing": 0, "refused": {}, "errors": {}, "answered": [], "delivered": [],
+           "answered_in_window": 0, "acked_in_window": 0}
+    for p in parts:
+        for k in ("sent_ok", "missing", "answered_in_window", "acked_in_window"):
+            out[k] += p[k]
+        out["answered"] += p["answered"]
+        out["delivered"] += p["delivered"]
+        for k in ("refused", "errors"):
+            for code, n in p[k].items():
+                out[k][code] = out[k].get(code, 0) + n
+    return out
+
+
+def problems(m: dict) -> str:
+    refused = sum(m["refused"].values())
+    errors = sum(m["errors"].values())
+    text = f"{m['missing']} missing (answered, never acked), {refused} refused, {errors} errors"
+    if refused:
+        text += f" refused {m['refused']}"
+    if errors:
+        text += f" errors {m['errors']}"
+    return text
+
+
+def saturate(pool: Pool, bench: Bench, args, duration: float, sql: tuple | None = None) -> tuple[dict, dict]:
+    """Closed-loop load; the window opens once every worker's load is steady (its backlog stopped
+    growing) or after --max-warm s, and lasts `duration` s."""
+    t_start = time.monotonic() + 0.5
+    for w in range(args.workers):
+        pool.send(w, "closed", senders=args.senders, window=args.window, t_start=t_start, max_warm=args.max_warm,
+                  max_duration=duration, drain=args.drain)
+    reports = [pool.progress(w, timeout=args.max_warm + 60) for w in range(args.workers)]
+    w0 = time.monotonic() + 0.1
+    w1 = w0 + duration
+    for w in range(args.workers):
+        pool.tell(w, {"w0": w0, "w1": w1})
+    warm = w0 - t_start
+    steady = all(r["steady"] for r in reports)
+    print(f"  window opened after {warm:.1f} s of load: " + ("steady (as many sends answered as entries acked per s)"
+          if steady else f"NOT steady after --max-warm {args.max_warm:g} s (the backlog was still changing)"))
+    win = window(w0, w1, {"server": server_pids(bench), "workers": pool.pids}, sql, db_name(bench))
+    m = merge([pool.recv(w, timeout=duration + args.drain + 120) for w in range(args.workers)])
+    m["steady"] = steady
+    return m, win
+
+
+def open_loop(pool: Pool, bench: Bench, args, rate: float, duration: float) -> tuple[dict, dict]:
+    t_start = time.monotonic() + 0.5
+    share = rate / args.workers
+    for w in range(args.workers):
+        pool.send(w, "open", rate=share, offset=w / rate, t_start=t_start, duration=duration, drain=args.drain)
+    win = window(t_start, t_start + duration, {"server": server_pids(bench), "workers": pool.pids},
+                 db_name=db_name(bench))
+    m = merge([pool.recv(w, timeout=duration + args.drain + 120) for w in range(args.workers)])
+    return m, win
+
+
+def steerboard(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
+    bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+    try:
+        team = bench.provision("bench", args.members)
+        connect(pool, bench, team, args)
+        print(f"  {args.members} agent sessions connected over {args.workers} worker processes; "
+              f"daphne pids {server_pids(bench)}")
+        if args.send_via == "ws":
+            probe = pool.call(0, "probe")
+            print(f"  tool frame on /ws/agent/: answered {probe['frame'].get('type')} "
+                  f"({'delivered' if probe['delivered'] else 'not delivered'})")
+
+        floor = measure_floor(pool, args, server_pids(bench))
+        result["floor"] = floor
+        bare_p50 = floor["post_p50"]
+
+        section(f"Steerboard saturation: {args.workers} workers x {args.senders} closed-loop senders, "
+                f"at most {args.window} undelivered per worker, send via {args.send_via}, {args.saturate_for:.0f} s window")
+        m, win = saturate(pool, bench, args, args.saturate_for)
+        delivered = m["acked_in_window"]
+        rate = delivered / args.saturate_for
+        server_cpu = sum(win["cpu"]["server"])
+        cpu_ms = server_cpu / delivered * 1000 if delivered else float("nan")
+        print(f"  delivered: {rate:,.1f} msg/s ({delivered} acks in the window; {m['answered_in_window']} sends "
+              f"answered in it); ratio to the bare POST rate {rate / floor['post_rate']:.3f} "
+              f"(bare {floor['post_rate']:,.0f} req/s)")
+        print(f"  whole run: {m['sent_ok']} sent, {problems(m)}")
+        print(f"  server CPU: {cpu_ms:.2f} ms per delivered message ({server_cpu:.2f} s over {len(bench.servers)} "
+              f"daphne process(es) in {win['span']:.1f} s)")
+        if bench.env.postgres and delivered:
+            print(f"  beside daphne: this run's PostgreSQL backends {win['db'] / delivered * 1000:.2f} ms and "
+                  f"redis-server (shared) {win['redis'] / delivered * 1000:.2f} ms per delivered message; all three "
+                  f"{(server_cpu + win['db'] + win['redis']) / delivered * 1000:.2f} ms")
+        print("  " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
+        print(f"  at saturation: send→answered p50 {fmt_ms(pct(m['answered'], 50))}, send→delivered p50 "
+              f"{fmt_ms(pct(m['delivered'], 50))} p99 {fmt_ms(pct(m['delivered'], 99))}")
+        # In a closed loop one of the two limits always binds (Little's law); whether the server
+        # itself was the limit shows in its CPU.
+        mean_delivered = sum(m["delivered"]) / len(m["delivered"]) if m["delivered"] else float("nan")
+        window_bound = args.workers * args.window / mean_delivered
+        busiest = max(win["cpu"]["server"]) / win["span"]
+        window_full = rate >= 0.8 * window_bound
+        if busiest >= 0.85:
+            print(f"  the server was the limit: a daphne process used {busiest * 100:.0f}% of a core"
+                  + (" (so the client's window stayed full)" if window_full else ""))
+        else:
+            ours = (sum(sum(c) for c in win["cpu"].values()) + win["db"] + win["redis"]) / win["span"]
+            others = max(0.0, win["machine"]["busy"] * (os.cpu_count() or 1) - ours)
+            if win["machine"]["busy"] >= 0.9 and others < 0.3:
+                why = ("the machine was full with this run's own work (daphne, the client, the database): on this "
+                       "machine that is the server's limit")
+            elif win["machine"]["busy"] >= 0.9:
+                why = (f"the machine was full ({others * 100:.0f}% of a core went to other processes and the kernel): "
+                       f"this figure is not the server's limit; run again on a quieter machine")
+            elif window_full:
+                why = (f"the machine had idle CPU and the client's window ({args.workers * args.window} undelivered / "
+                       f"mean send→delivered {fmt_ms(mean_delivered)} = {window_bound:,.0f} msg/s) was full: "
+                       f"raise --window to see if more gets through")
+            else:
+                why = ("the machine had idle CPU, so the server waited (database, locks, timers) rather than computed; "
+                       "a higher --senders shows whether more concurrency gets more through")
+            print(f"  NOTE: no daphne process used a whole core (busiest {busiest * 100:.0f}%): {why}")
+        result.update(rate=rate, cpu_ms=cpu_ms, sat_missing=m["missing"], steady=m["steady"])
+
+        for label, rate_offered in (("light", args.light_rate), ("mid", args.mid_rate)):
+            section(f"send→delivered at {rate_offered:g} msg/s offered (open loop, {args.light_duration:.0f} s), "
+                    f"send via {args.send_via}")
+            m, win = open_loop(pool, bench, args, rate_offered, args.light_duration)
+            d50, d99 = pct(m["delivered"], 50), pct(m["delivered"], 99)
+            a50 = pct(m["answered"], 50)
+            print(f"  {m['sent_ok']} sent, {len(m['delivered'])} delivered; {problems(m)}")
+            print(f"  send→delivered p50 {fmt_ms(d50)} ({d50 / bare_p50:.1f}x bare POST p50), "
+                  f"p99 {fmt_ms(d99)} ({d99 / bare_p50:.1f}x); send→answered p50 {fmt_ms(a50)} "
+                  f"({a50 / bare_p50:.1f}x); bare POST p50 {fmt_ms(bare_p50)}")
+            print("  " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
+            result[label] = {"rate": rate_offered, "p50": d50, "p99": d99, "answered_p50": a50, "missing": m["missing"]}
+
+        closed = [pool.call(w, "agents_close") for w in range(args.workers)]
+        reconnects = sum(c["reconnects"] for c in closed)
+        error_frames = sum(c["error_frames"] for c in closed)
+        print(f"\n  sessions: {reconnects} reconnects, {error_frames} error frames")
+        for c in closed:
+            for exc in c["exceptions"]:
+                print("  worker exception:\n" + exc)
+        audit = audit_line(bench)
+        result["audit_ok"] = audit.startswith("audit OK")
+        print(f"  {audit}   [{loadavg()}]")
+    finally:
+        with_cleanup(bench.close)
+
+
+def sql_pass(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
+    section(f"SQL counts: a fresh {backend} run with STEERBOARD_COUNT_SQL=1, {args.sql_for:.0f} s of saturation")
+    bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000", STEERBOARD_COUNT_SQL="1")
+    try:
+        team = bench.provision("bench", args.members, "benchop")
+        urls = [s.url for s in bench.servers]
+        chosen, statuses = None, []
+        for headers in ({}, {"Authorization": f"Bearer {team['lead']}"},
+                        {"Authorization": f"Token {team['operator']['token']}"}):
+            r = httpx.get(urls[0] + "/api/v1/debug/sql", headers=headers, timeout=10)
+            statuses.append(r.status_code)
+            if r.status_code == 200:
+                chosen = headers
+                break
+            if r.status_code == 404:
+                break
+        if chosen is None:
+            if statuses[-1] == 404:
+                print("  sql counts: not available (server lacks /api/v1/debug/sql)")
+            else:
+                print(f"  sql counts: not available (GET /api/v1/debug/sql answered {statuses})")
+            return
+        connect(pool, bench, team, args)
+        m, win = saturate(pool, bench, args, args.sql_for, sql=(urls, chosen))
+        delivered = m["acked_in_window"]
+        per = (lambda n: n / delivered) if delivered else (lambda n: float("nan"))
+        transactions = win["commits"] + win["autocommit"]
+        print(f"  {delivered} delivered in the window; {win['statements']} statements, {win['commits']} commits and "
+              f"{win['autocommit']} autocommit statements (each a transaction of its own) over {len(urls)} process(es)")
+        print(f"  per delivered message: {per(win['statements']):.2f} SQL statements, {per(transactions):.2f} "
+              f"transactions ({per(win['commits']):.2f} commits + {per(win['autocommit']):.2f} autocommit statements)")
+        print(f"  whole pass: {m['sent_ok']} sent, {problems(m)}")
+        for w in range(args.workers):
+            pool.call(w, "agents_close")
+        result["sql"] = {"statements": per(win["statements"]), "transactions": per(transactions),
+                         "commits": per(win["commits"]), "autocommit": per(win["autocommit"])}
+    finally:
+        with_cleanup(bench.close)
+
+
+def with_cleanup(fn) -> None:
+    try:
+        fn()
+    except Exception as exc:  # cleanup must not hide the run's own error
+        print(f"  (cleanup: {type(exc).__name__}: {exc})", file=sys.stderr)
+
+
+# --- the summary ---------------------------------------------------------------------------------
+def summary(results: dict) -> None:
+    rows = []
+
+    def row(target: str, figure: str, ok: bool | None) -> None:
+        rows.append((target, figure, "n/a" if ok is None else ("met" if ok else "NOT met")))
+
+    emb, sco = results.get("embedded"), results.get("scale-out")
+    if emb and "rate" in emb:
+        bare = emb["floor"]["post_rate"]
+        flag = "" if emb["steady"] else " (not steady)"
+        row("embedded delivered ≥ 1/3 bare POST rate",
+            f"{emb['rate']:,.1f} / {bare:,.0f} = {emb['rate'] / bare:.3f}{flag}", emb["rate"] >= bare / 3)
+        row("embedded server CPU ≤ 1.5 ms/delivered", f"{emb['cpu_ms']:.2f} ms{flag}", emb["cpu_ms"] <= 1.5)
+    if sco and "rate" in sco:
+        row("scale-out delivered ≥ 1000 msg/s", f"{sco['rate']:,.1f} msg/s" + ("" if sco["steady"] else " (not steady)"),
+            sco["rate"] >= 1000)
+        if emb and "rate" in emb:
+            row("scale-out ≥ 1.5× embedded", f"{sco['rate']:,.1f} / {emb['rate']:,.1f} = {sco['rate'] / emb['rate']:.2f}x",
+                sco["rate"] >= 1.5 * emb["rate"])
+        else:
+            row("scale-out ≥ 1.5× embedded", "(embedded not in this run)", None)
+    for backend, r in results.items():
+        if "floor" not in r:
+            continue
+        bare = r["floor"]["post_p50"]
+        for label in ("light", "mid"):
+            if label not in r:
+                continue
+            x = r[label]
+            rate = x["rate"]
+            row(f"{backend} p50 @{rate:g} msg/s ≤ 5× bare POST p50",
+                f"{x['p50'] * 1000:.2f} ms = {x['p50'] / bare:.1f}x", x["p50"] <= 5 * bare)
+            if label == "light":
+                row(f"{backend} p99 @{rate:g} msg/s ≤ 20× bare POST p50",
+                    f"{x['p99'] * 1000:.2f} ms = {x['p99'] / bare:.1f}x", x["p99"] <= 20 * bare)
+        sql = r.get("sql")
+        if sql:
+            row(f"{backend} ≤ 6 SQL statements/delivered", f"{sql['statements']:.2f}", sql["statements"] <= 6)
+            row(f"{backend} ≤ 2 commits/delivered (+ autocommits)",
+                f"{sql['commits']:.2f} + {sql['autocommit']:.2f} = {sql['transactions']:.2f}", sql["transactions"] <= 2)
+        else:
+            row(f"{backend} SQL statements / commits per delivered", "not available", None)
+    width = max((len(t) for t, _, _ in rows), default=10)
+    print(f"\n== summary against the targets (issue 11)   [{loadavg()}]")
+    for target, figure, verdict in rows:
+        print(f"  {target:<{width}}  {figure:>26}  {verdict}")
+
+
+# --- main ----------------------------------------------------------------------------------------
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", choices=[*BACKENDS, "both"], default="both")
+    parser.add_argument("--processes", type=int, default=None, help="daphne processes; default 1 embedded, 2 scale-out")
+    parser.add_argument("--send-via", choices=["ws", "rest"], default="ws",
+                        help="ws: a tool frame on the sender's own agent websocket; rest: POST /api/v1/tools/send_message")
+    parser.add_argument("--members", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2, help="load-generator processes")
+    parser.add_argument("--senders", type=int, default=64, help="concurrent closed-loop senders per worker")
+    parser.add_argument("--window", type=int, default=128,
+                        help="at saturation, most messages a worker has sent and not yet seen delivered")
+    parser.add_argument("--bare-concurrency", type=int, default=0, help="per worker, for the bare POST; default --senders")
+    parser.add_argument("--saturate-for", type=float, default=10.0, help="seconds of each saturation window")
+    parser.add_argument("--max-warm", type=float, default=20.0,
+                        help="most seconds of closed-loop load before a saturation window opens, steady or not")
+    parser.add_argument("--sql-for", type=float, default=4.0, help="seconds of the counted SQL pass's window")
+    parser.add_argument("--light-rate", type=float, default=20.0)
+    parser.add_argument("--mid-rate", type=float, default=100.0)
+    parser.add_argument("--light-duration", type=float, default=15.0, help="seconds of each open-loop run")
+    parser.add_argument("--light-count", type=int, default=300, help="sequential requests / echoes of the floor")
+    parser.add_argument("--drain", type=float, default=60.0, help="most seconds to wait for acks after a phase")
+    args = parser.parse_args()
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    backends = list(BACKENDS) if args.backend == "both" else [args.backend]
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    print(f"== bench/engine.py at {rev or '?'}: backends {', '.join(backends)}, send via {args.send_via}, "
+          f"{os.cpu_count()} cores, {JSON_LIB}   [{loadavg()}]", flush=True)
+    results: dict[str, dict] = {}
+    code = 0
+    pool = Pool(args.workers)
+    try:
+        for backend in backends:
+            processes = args.processes or (1 if backend == "embedded" else 2)
+            print(f"\n== {backend}: {processes} daphne process(es), {args.members} members   [{loadavg()}]", flush=True)
+            result = results[backend] = {}
+            steerboard(pool, backend, processes, args, result)
+            sql_pass(pool, backend, processes, args, result)
+            if not result.get("audit_ok", False):
+                code = 1
+    except Unsupported as exc:
+        print(f"\nFAILED: --send-via ws needs the tool frame on /ws/agent/, and this server does not have it: {exc}\n"
+              f"(use --send-via rest on this server)", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        pool.close()
+    summary(results)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
