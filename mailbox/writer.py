@@ -9,9 +9,10 @@ awaits its own job. After the commit, on the event loop, each job finishes in
 submission order: its pushes go out (so a target's steers leave in seq order)
 and its caller is answered, never before its commit.
 
-Inside a batch the jobs run in lock order (sends by target first, then
-entries), so two processes' writers on one PostgreSQL never deadlock on the
-members they update; answers and pushes still follow submission order.
+Inside a batch the jobs run in lock order (entries, then sends by target),
+so two processes' writers on one PostgreSQL never deadlock on the members
+they update, and hold those locks briefly; answers and pushes still follow
+submission order.
 
 A job that refuses (``TeamError``) wrote nothing, and its neighbours commit. Any
 other failure rolls the batch back and runs its jobs again one transaction
@@ -48,8 +49,11 @@ class Job:
     error: BaseException | None = None
     # Jobs run in this order inside a batch (stably, so a target's sends keep
     # theirs): every writer takes row locks in one order, and two processes'
-    # batches never wait on each other in a cycle.
-    lock_order: tuple = (1,)
+    # batches never wait on each other in a cycle. Entries (which lock only
+    # their own message) come first, sends (which lock their target, the rows
+    # other writers want too) last, so those locks are held for the shortest
+    # time before the commit.
+    lock_order: tuple = (0,)
 
     def __init__(self):
         self.loop = asyncio.get_running_loop()
