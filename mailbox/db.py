@@ -186,3 +186,9 @@ def read_snapshot():
             # body's own error is the one that propagates.
             if raw.in_transaction:
                 raw.commit()
+
+
+def wal_checkpoint() -> None:
+    """SQLite: a passive checkpoint (it waits for no reader or writer)."""
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA wal_checkpoint(PASSIVE)")
