@@ -140,7 +140,8 @@ class AgentConsumer(_JsonFrames):
 
     # --- entries and tool calls: through the writer, answered in commit order ---------------
     def _entry(self, entry: wire.Entry) -> None:
-        write = asyncio.ensure_future(delivery.entry_record_fast(member=self.member, entry=entry.as_stored()))
+        # The writer's own future, not a task around it: the ack goes out from its callback.
+        write = delivery.entry_record_submit(member=self.member, entry=entry.as_stored())
         self.writes.append(write)
         message_id = entry.source.message_id if entry.source and entry.source.kind == "team-message" else None
         write.add_done_callback(lambda done, e=entry.id, m=message_id: self._entry_done(done, e, m))

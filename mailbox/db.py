@@ -74,6 +74,7 @@ def _writer_new():
         log_flush=delivery.log_rows_flush,
         after_call=_keep_connections,
         pipeline=delivery.jobs_piped,
+        transaction_of=delivery.hot_transaction,
     )
 
 

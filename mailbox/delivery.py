@@ -536,6 +536,8 @@ def members_start_pending(*, team_id: int | None = None) -> int:
 # transaction (its `queued` and `accepted` records together) and pushed after the
 # commit; any other send is enqueued here and admitted by ``target_admit`` after
 # the commit, exactly as before. An entry and its `delivered` record commit together.
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 
 from django.db import connection  # noqa: E402
@@ -677,13 +679,16 @@ class _Sql:
 _sql_by_vendor: dict[str, _Sql] = {}
 
 
-def _sql() -> _Sql:
-    found = _sql_by_vendor.get(connection.vendor)
+def _sql(db=None) -> _Sql:
+    vendor = (db or connection).vendor
+    found = _sql_by_vendor.get(vendor)
     if found is None:
-        found = _sql_by_vendor[connection.vendor] = _Sql(connection.vendor)
-        if connection.vendor == "sqlite":  # the raw sqlite3 cursor's placeholder
+        found = _Sql(vendor)
+        if vendor == "sqlite":  # the raw sqlite3 cursor's placeholder
             for name, statement in vars(found).items():
-                setattr(found, name, statement.replace("%s", "?"))
+                if statement is not None:
+                    setattr(found, name, statement.replace("%s", "?"))
+        _sql_by_vendor[vendor] = found
     return found
 
 
@@ -703,10 +708,11 @@ class _HotCursor:
     server and prepares the fixed statements (Django's cursor quotes every
     parameter into the SQL text in Python, a tenth of the hot path's time)."""
 
-    def __init__(self):
-        connection.ensure_connection()
-        raw = connection.connection
-        self.postgres = connection.vendor == "postgresql"
+    def __init__(self, db):
+        self.db = db
+        db.ensure_connection()
+        raw = db.connection
+        self.postgres = db.vendor == "postgresql"
         if self.postgres:
             import psycopg
 
@@ -725,7 +731,7 @@ class _HotCursor:
             else:
                 self.cursor.execute(statement, params)
         except Exception:
-            connection.errors_occurred = True  # the writer then closes this connection (mailbox/db.py)
+            self.db.errors_occurred = True  # the writer then closes this connection (mailbox/db.py)
             raise
 
     def fetchone(self):
@@ -741,18 +747,45 @@ class _HotCursor:
 _hot_cursor = _HotCursor
 
 
+@contextlib.contextmanager
+def hot_transaction(batch: "_writer.Batch"):
+    """A writer batch's transaction: BEGIN and COMMIT on the driver's connection.
+
+    The jobs run raw statements only, so Django's atomic() (savepoint and
+    on-commit bookkeeping, autocommit switching) would add its cost and nothing
+    else. Django's connection stays in autocommit between batches, as outside
+    any atomic block; a failure rolls back, and marks the connection so the
+    writer closes it if it is broken (mailbox/db.py)."""
+    db = batch.db
+    db.ensure_connection()
+    raw = db.connection
+    raw.execute("BEGIN IMMEDIATE" if db.vendor == "sqlite" else "BEGIN")
+    try:
+        yield
+    except BaseException:
+        try:
+            raw.execute("ROLLBACK")
+        except Exception:
+            pass
+        db.errors_occurred = True
+        raise
+    raw.execute("COMMIT")
+    if sqlcount.installed():
+        sqlcount.commit_run()
+
+
 def jobs_piped(jobs: list, batch: "_writer.Batch") -> list:
     """PostgreSQL: send the statements of the jobs that have one in one pipeline
     (one round trip for the batch instead of one per statement), then hand each
     job its row. Answers the jobs that still need to run one by one."""
-    statements = [(job, job.piped(batch)) for job in jobs] if _sql().send_piped else []
+    statements = [(job, job.piped(batch)) for job in jobs] if _sql(batch.db).send_piped else []
     piped = [(job, st) for job, st in statements if st is not None]
     if not piped:
         return jobs
     import psycopg
 
-    connection.ensure_connection()
-    raw = connection.connection
+    batch.db.ensure_connection()
+    raw = batch.db.connection
     _prepared_statements_on(raw)
     counting = sqlcount.installed()
     cursors = []
@@ -765,7 +798,7 @@ def jobs_piped(jobs: list, batch: "_writer.Batch") -> list:
                 if counting:
                     sqlcount.statement_run(in_transaction=True)
     except Exception:
-        connection.errors_occurred = True
+        batch.db.errors_occurred = True
         raise
     for job, cursor in cursors:
         job.error = None
@@ -783,18 +816,18 @@ def log_rows_flush(batch: "_writer.Batch") -> None:
     """A batch's Lead-log records, in the order its jobs appended them, in one statement."""
     if not batch.log_rows:
         return
-    sql = _sql()
-    now = connection.ops.adapt_datetimefield_value(batch.now)
+    sql = _sql(batch.db)
+    now = batch.now_db
     params: list = []
     for team_id, kind, message_id, data in batch.log_rows:
         params += [team_id, kind, message_id, data, now]
     statement = sql.log_insert_head + ", ".join([sql.log_row] * len(batch.log_rows)) + " ON CONFLICT DO NOTHING"
-    with _hot_cursor() as cursor:
+    with _hot_cursor(batch.db) as cursor:
         cursor.execute(statement, params, prepare=False)
 
 
 def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
-    sql = _sql()
+    sql = _sql(cursor.db)
     cursor.execute(sql.target_refusal, [team_id, target_name])
     row = cursor.fetchone()
     if row is None:
@@ -844,9 +877,9 @@ class SendJob(_writer.Job):
         self.lock_order = (1, sender.team_id, target_name)
 
     def execute(self, batch) -> None:
-        sender, sql = self.sender, _sql()
-        now = connection.ops.adapt_datetimefield_value(batch.now)
-        with _hot_cursor() as cursor:
+        sender, sql = self.sender, _sql(batch.db)
+        now = batch.now_db
+        with _hot_cursor(batch.db) as cursor:
             self.thread_id = ""
             if self.reply_to:
                 cursor.execute(sql.reply_thread, [self.reply_to, sender.team_id, sender.pk])
@@ -912,7 +945,7 @@ class SendJob(_writer.Job):
 
     def piped(self, batch) -> tuple[str, dict] | None:
         """The job as one statement that needs no other's answer (PostgreSQL), or None."""
-        sql = _sql()
+        sql = _sql(batch.db)
         if not sql.send_piped or self.reply_to:
             return None
         self.thread_id = ""
@@ -924,7 +957,7 @@ class SendJob(_writer.Job):
 
     def piped_result(self, row, batch) -> None:
         if row is None:
-            with _hot_cursor() as cursor:
+            with _hot_cursor(batch.db) as cursor:
                 _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
         self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
         self.target_status = status_of(phase, session_state)
@@ -996,12 +1029,12 @@ class EntryJob(_writer.Job):
         self.delivered = False
 
     def execute(self, batch) -> None:
-        member, sql = self.member, _sql()
-        now = connection.ops.adapt_datetimefield_value(batch.now)
+        member, sql = self.member, _sql(batch.db)
+        now = batch.now_db
         self.delivered = False
         mark = bool(self.message_id) and not self._delivered_deferred()
         insert = [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now]
-        with _hot_cursor() as cursor:
+        with _hot_cursor(batch.db) as cursor:
             if sql.entry_one:  # PostgreSQL: the insert and the delivered update in one statement
                 cursor.execute(
                     sql.entry_one, insert + [now, now, mark, self.message_id, member.pk, member.pk, self.message_id]
@@ -1032,7 +1065,7 @@ class EntryJob(_writer.Job):
         self.result = inserted is not None
 
     def piped(self, batch) -> tuple[str, dict] | None:
-        sql = _sql()
+        sql = _sql(batch.db)
         if not sql.entry_piped:
             return None
         self.delivered = False
@@ -1047,9 +1080,9 @@ class EntryJob(_writer.Job):
         inserted, seq, mine = row
         self.delivered = seq is not None
         if self.message_id and not mine:
-            with _hot_cursor() as cursor:
+            with _hot_cursor(batch.db) as cursor:
                 if inserted is not None:
-                    cursor.execute(_sql().entry_undo, [inserted])
+                    cursor.execute(_sql(batch.db).entry_undo, [inserted])
             raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
         self.result = inserted is not None
 
@@ -1092,8 +1125,12 @@ def _admit_and_answer(message: TeamMessage) -> dict:
     return send_answer(*message_admit_enqueued(message=message))
 
 
-async def entry_record_fast(*, member: Member, entry: dict) -> bool:
-    """entry_record through the writer; answers whether the entry was new (False: folded)."""
+def entry_record_submit(*, member: Member, entry: dict) -> asyncio.Future:
+    """entry_record through the writer: a future of whether the entry was new (False: folded)."""
     from mailbox.db import writer
 
-    return await writer().run(EntryJob(member=member, entry=entry))
+    return writer().run(EntryJob(member=member, entry=entry))
+
+
+async def entry_record_fast(*, member: Member, entry: dict) -> bool:
+    return await entry_record_submit(member=member, entry=entry)

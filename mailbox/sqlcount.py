@@ -33,6 +33,11 @@ def installed() -> bool:
     return _installed
 
 
+def commit_run() -> None:
+    """A commit made on the driver's connection (the writer's batches)."""
+    _add("commits")
+
+
 def statement_run(*, in_transaction: bool) -> None:
     """For statements run on the driver's cursor (mailbox/delivery.py's hot path), which Django does not see."""
     _add("statements")
