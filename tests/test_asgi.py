@@ -48,3 +48,30 @@ async def test_an_unknown_agent_api_path_is_a_json_404():
         response = await client.get("/api/v1/toolsbox")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_a_tool_call_is_answered_without_django_and_keeps_its_refusals():
+    team = await team_new()
+    async with _client() as client:
+        too_big = await client.post(
+            "/api/v1/tools/send_message",
+            content=b'{"target": "lead", "message": "' + b"x" * (3 * 1024 * 1024) + b'"}',
+            headers={"Authorization": f"Bearer {team['lead']}"},
+        )
+        unknown = await client.post("/api/v1/tools/no_such_tool", json={}, headers={"Authorization": f"Bearer {team['lead']}"})
+        no_token = await client.post("/api/v1/tools/list_agents", json={})
+        wrong_method = await client.get("/api/v1/tools/list_agents", headers={"Authorization": f"Bearer {team['lead']}"})
+    assert too_big.status_code == 413
+    assert too_big.json() == {"error": {"code": "TEAM_MESSAGE_TOO_LARGE", "message": "The request body is too large."},
+                              "persisted": False}
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NOT_FOUND"
+    assert no_token.status_code == 401 and no_token.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert wrong_method.status_code == 405  # every method but POST is still Django's view
+    for response in (too_big, unknown, no_token):
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_the_sql_counts_are_not_served_unless_asked_for():
+    async with _client() as client:
+        response = await client.get("/api/v1/debug/sql")
+    assert response.status_code == 404

@@ -285,3 +285,30 @@ async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(ap
     assert await due(35, 3) == set()  # the third and later wait 7x
     assert await due(75, 5) == {target.pk}
     await agent.close()
+
+
+async def test_a_member_token_lookup_is_cached_within_its_bound(api, settings):
+    from mailbox import auth
+    from teams.models import MemberToken
+
+    team = await team_new()
+    token = team["lead"]
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    settings.STEERBOARD = {**settings.STEERBOARD, "TOKEN_CACHE_SECONDS": 60}
+    assert (await database_sync_to_async(auth.member_from_headers)(headers)).name == "lead"
+    await database_sync_to_async(lambda: MemberToken.objects.all().delete())()
+    # Deleted, but within the bound the process still knows it (the hot path skips the lookup) ...
+    assert (await api.ok(token, "list_agents"))["agents"][0]["name"] == "lead"
+    # ... and once the bound has passed, it is refused.
+    auth._members.clear()
+    refused = await api.tool(token, "list_agents")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+async def test_an_unknown_token_is_never_cached(api):
+    from mailbox import auth
+
+    await team_new()
+    headers = [(b"authorization", b"Bearer sbm_not-a-token")]
+    assert await database_sync_to_async(auth.member_from_headers)(headers) is None
+    assert auth.member_cached("sbm_not-a-token") is None
