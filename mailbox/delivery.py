@@ -71,8 +71,8 @@ def message_wire(message: TeamMessage, *, sender_name: str | None = None, target
 
 
 # --- 1. enqueue -----------------------------------------------------------------------
-def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> TeamMessage:
-    """Validate and durably store a message with its `queued` record. No admission here."""
+def message_validate(*, sender: Member, target_name: str, content: str) -> None:
+    """The checks of a send that need no database (the ORM path and the hot path alike)."""
     if len(content.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
         raise TeamError(
             ErrorCode.TEAM_MESSAGE_TOO_LARGE,
@@ -83,6 +83,11 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
         raise TeamError(ErrorCode.VALIDATION_ERROR, "A message needs some content.", persisted=False)
     if target_name == sender.name:
         raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
+
+
+def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> TeamMessage:
+    """Validate and durably store a message with its `queued` record. No admission here."""
+    message_validate(sender=sender, target_name=target_name, content=content)
     with transaction.atomic():
         target = Member.objects.select_for_update(no_key=True).filter(team_id=sender.team_id, name=target_name).first()
         if target is None:
@@ -845,20 +850,6 @@ def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
         f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
         persisted=False,
     )
-
-
-def message_validate(*, sender: Member, target_name: str, content: str) -> None:
-    """The checks of a send that need no database (message_enqueue makes the same)."""
-    if len(content.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
-        raise TeamError(
-            ErrorCode.TEAM_MESSAGE_TOO_LARGE,
-            f"A message may hold at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8; shorten it or link a record.",
-            persisted=False,
-        )
-    if not content.strip():
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "A message needs some content.", persisted=False)
-    if target_name == sender.name:
-        raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
 
 
 class SendJob(_writer.Job):
