@@ -764,9 +764,18 @@ def hot_transaction(batch: "_writer.Batch"):
     db = batch.db
     db.ensure_connection()
     raw = db.connection
-    raw.execute("BEGIN IMMEDIATE" if db.vendor == "sqlite" else "BEGIN")
     try:
-        yield
+        if db.vendor == "postgresql":
+            # BEGIN goes out with the batch's statements, COMMIT on its own:
+            # two round trips a batch, whatever its size.
+            with raw.pipeline():
+                raw.execute("BEGIN")
+                yield
+                raw.execute("COMMIT")
+        else:
+            raw.execute("BEGIN IMMEDIATE")
+            yield
+            raw.execute("COMMIT")
     except BaseException:
         try:
             raw.execute("ROLLBACK")
@@ -774,7 +783,6 @@ def hot_transaction(batch: "_writer.Batch"):
             pass
         db.errors_occurred = True
         raise
-    raw.execute("COMMIT")
     if sqlcount.installed():
         sqlcount.commit_run()
 

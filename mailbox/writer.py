@@ -204,7 +204,7 @@ class Writer(concurrent.futures.Executor):
             batch = Batch(timezone.now())
             with self._transaction(batch):
                 ordered = sorted(jobs, key=_lock_order)
-                if len(ordered) > 1 and self._pipeline is not None:
+                if self._pipeline is not None:
                     ordered = self._pipeline(ordered, batch)
                 for job in ordered:
                     self._execute(job, batch)
