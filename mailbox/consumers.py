@@ -7,6 +7,7 @@ blocking the socket: the next frame is read while they commit, and answers
 """
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 
@@ -128,7 +129,7 @@ class AgentConsumer(_JsonFrames):
                 for message in replay:
                     await self.session_steer({"message": message})
                 # From now on this process pushes to the session directly, after the replay.
-                events.session_register(self.channel_name, self.push, lambda: bool(self.steered))
+                events.session_register(self.channel_name, self)
             elif not self.said_hello:
                 await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Say hello first."))
             elif isinstance(frame, wire.StatusFrame):
@@ -147,13 +148,8 @@ class AgentConsumer(_JsonFrames):
         write.add_done_callback(lambda done, e=entry.id, m=message_id: self._entry_done(done, e, m))
 
     def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
-        if self.writes and self.writes[0] is write:
-            self.writes.popleft()
-        else:
-            try:
-                self.writes.remove(write)
-            except ValueError:
-                pass
+        with contextlib.suppress(ValueError):
+            self.writes.remove(write)  # the oldest, unless the socket closed meanwhile
         if write.cancelled():
             return
         exc = write.exception()
@@ -172,11 +168,11 @@ class AgentConsumer(_JsonFrames):
 
     def _tool_call(self, frame: "wire.ToolFrame") -> None:
         if len(self.tool_calls) >= MAX_TOOL_CALLS_IN_FLIGHT:
-            self.push({"type": "session.frame", "frame": {
-                "type": "tool_result", "id": frame.id,
-                "error": {"code": str(ErrorCode.VALIDATION_ERROR),
-                          "message": f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; "
-                                     "wait for some results."}}})
+            refusal = TeamError(
+                ErrorCode.VALIDATION_ERROR,
+                f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; wait for some results.",
+            )
+            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
             return
         task = asyncio.ensure_future(self._tool_run(frame))
         self.tool_calls.add(task)
@@ -194,6 +190,9 @@ class AgentConsumer(_JsonFrames):
         self.push({"type": "session.frame", "frame": answer})
 
     # --- what goes out: pushes from this process and channel-layer events, in order -------
+    def awaits_entries(self) -> bool:
+        return bool(self.steered)
+
     def push(self, event: dict) -> None:
         """On the event loop: queue an event for this socket; one task sends them in order."""
         self.outbox.append(event)

@@ -20,7 +20,7 @@ rings a second, not three per message.
 """
 import asyncio
 import logging
-from collections.abc import Callable
+from typing import Protocol
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -30,13 +30,21 @@ from mailbox import db
 
 log = logging.getLogger(__name__)
 _in_flight: set[asyncio.Task] = set()
-# Channel name -> the push function of a session websocket held by this process,
-# and a function that says whether that session holds steers it has not yet
-# reported entries for.
-_local_sessions: dict[str, Callable[[dict], None]] = {}
-_local_awaiting: dict[str, Callable[[], bool]] = {}
-_local_loops: dict[str, asyncio.AbstractEventLoop] = {}
 DASHBOARD_RING_INTERVAL = 0.1
+
+
+class LocalSession(Protocol):
+    """A session websocket this process holds (mailbox/consumers.AgentConsumer)."""
+
+    def push(self, event: dict) -> None:
+        """On its event loop: send the event's frame, after those pushed before it."""
+
+    def awaits_entries(self) -> bool:
+        """Whether it holds steers it has not reported entries for."""
+
+
+# Channel name -> (the loop it runs on, the session).
+_local: dict[str, tuple[asyncio.AbstractEventLoop, LocalSession]] = {}
 
 
 def host_group(team_id: int) -> str:
@@ -48,42 +56,39 @@ def dashboard_group(team_id: int) -> str:
 
 
 # --- sessions held by this process ---------------------------------------------------------
-def session_register(channel: str, push: Callable[[dict], None], awaiting: Callable[[], bool]) -> None:
-    """From the event loop: events for ``channel`` are handed to ``push`` (on that loop)."""
-    _local_loops[channel] = asyncio.get_running_loop()
-    _local_sessions[channel] = push
-    _local_awaiting[channel] = awaiting
+def session_register(channel: str, session: LocalSession) -> None:
+    """From the session's event loop: events for ``channel`` are handed to it directly."""
+    _local[channel] = (asyncio.get_running_loop(), session)
 
 
 def session_unregister(channel: str) -> None:
-    _local_sessions.pop(channel, None)
-    _local_awaiting.pop(channel, None)
-    _local_loops.pop(channel, None)
+    _local.pop(channel, None)
 
 
 def session_awaits_entries(channel: str) -> bool:
     """Whether ``channel`` is a live session of this process that still holds steers
     it has not reported: a push on its websocket is not lost, so pushing again
     only adds work (recovery skips it; a reconnect's hello replays everything)."""
-    awaiting = _local_awaiting.get(channel)
-    return awaiting is not None and awaiting()
+    found = _local.get(channel)
+    return found is not None and found[1].awaits_entries()
 
 
 def _push_local(channel: str, event: dict) -> bool:
     """Hand an event to a session of this process; False when it is not one of ours.
     From another thread (a database thread) it goes through the session's loop."""
-    push, loop = _local_sessions.get(channel), _local_loops.get(channel)
-    if push is None or loop is None:
+    found = _local.get(channel)
+    if found is None:
         return False
+    loop, session = found
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
     if running is loop:
-        push(event)
+        session.push(event)
         return True
     try:
-        loop.call_soon_threadsafe(push, event)
+        loop.call_soon_threadsafe(session.push, event)
     except RuntimeError:  # that loop has closed: the session is gone with it
         pass
     return True
@@ -122,18 +127,31 @@ def _publish_on_loop(name: str, event: dict, to_channel: bool) -> None:
     task.add_done_callback(_in_flight.discard)
 
 
+def _on_the_loop(fn, *args) -> bool:
+    """Run ``fn(*args)`` on the event loop: at once when called on it, handed over
+    when called on the database thread working for it. False when there is no
+    loop to run it on (a management command, a request thread, a closed loop)."""
+    loop = db.calling_loop()
+    if loop is not None:
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+            return True
+        except RuntimeError:  # the loop has closed
+            return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    fn(*args)
+    return True
+
+
 def _send_quietly(name: str, event: dict, to_channel: bool = False) -> None:
     """Publish without waiting for it: on a database thread the publish is handed
     to the event loop that called it, so the thread (and, on SQLite, the write
     lock it may hold next) does not wait for a round trip nobody needs."""
-    loop = db.calling_loop()
-    if loop is not None:
-        try:
-            loop.call_soon_threadsafe(_publish_on_loop, name, event, to_channel)
-            return
-        except RuntimeError:  # the loop has closed: publish the slow way
-            pass
-    async_to_sync(_publish)(name, event, to_channel)
+    if not _on_the_loop(_publish_on_loop, name, event, to_channel):
+        async_to_sync(_publish)(name, event, to_channel)
 
 
 def channel_send_quietly(channel: str, event: dict) -> None:
@@ -148,34 +166,16 @@ def send_after_commit(name: str, event: dict, *, to_channel: bool = False) -> No
 def dashboard_notify(team_id: int, kind: str, **data) -> None:
     """Tell the team's dashboards something changed; they re-read what they show."""
     event = {"type": "team.changed", "kind": kind, **data}
-    transaction.on_commit(lambda: _ring_from_anywhere(team_id, event))
+    transaction.on_commit(lambda: _ring_quietly(team_id, event))
 
 
-def _ring_from_anywhere(team_id: int, event: dict) -> None:
-    loop = db.calling_loop()
-    if loop is not None:
-        try:
-            loop.call_soon_threadsafe(dashboard_ring, team_id, event)
-            return
-        except RuntimeError:
-            pass
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop here (a management command, a sync test): publish the slow way
+def _ring_quietly(team_id: int, event: dict) -> None:
+    if not _on_the_loop(dashboard_ring, team_id, event):
         async_to_sync(_publish)(dashboard_group(team_id), event)
-        return
-    dashboard_ring(team_id, event)
 
 
-class _Rings:
-    """A team's doorbells while its interval runs: the latest event, and how many were folded into it."""
-
-    def __init__(self):
-        self.pending: dict | None = None
-        self.kinds: set[str] = set()
-
-
-_rings: dict[tuple[asyncio.AbstractEventLoop, int], _Rings] = {}
+# (loop, team id) -> while the team's interval runs, the latest ring folded into its closing one.
+_rings: dict[tuple[asyncio.AbstractEventLoop, int], dict | None] = {}
 
 
 def dashboard_ring(team_id: int, event: dict) -> None:
@@ -183,22 +183,16 @@ def dashboard_ring(team_id: int, event: dict) -> None:
     the running interval with whatever rang during it."""
     loop = asyncio.get_running_loop()
     key = (loop, team_id)
-    rings = _rings.get(key)
-    if rings is not None:  # an interval runs: fold this ring into its closing one
-        rings.pending = event
-        rings.kinds.add(event.get("kind", ""))
+    if key in _rings:  # an interval runs: fold this ring into its closing one
+        _rings[key] = event
         return
-    _rings[key] = _Rings()
+    _rings[key] = None
     _publish_on_loop(dashboard_group(team_id), event, False)
     loop.call_later(DASHBOARD_RING_INTERVAL, _interval_over, key)
 
 
 def _interval_over(key) -> None:
-    rings = _rings.pop(key, None)
-    if rings is None or rings.pending is None:
-        return
-    event = dict(rings.pending)
-    if len(rings.kinds) > 1:
-        event["kinds"] = sorted(rings.kinds)
-    # The closing ring starts an interval of its own: a steady stream stays one ring per interval.
-    dashboard_ring(key[1], event)
+    folded = _rings.pop(key, None)
+    if folded is not None:
+        # The closing ring starts an interval of its own: a steady stream stays one ring per interval.
+        dashboard_ring(key[1], folded)
