@@ -54,7 +54,7 @@ def executor(lane: str = "pool"):
             pool = _executors.get(lane)
             if pool is None:
                 if lane == "pool" and _pool_is_writer():
-                    pool = _executors[lane] = _executors["writer"] = _writer_new()
+                    pool = _executors[lane] = _writer_new()
                 else:
                     pool = _executors[lane] = ThreadPoolExecutor(threads(lane), thread_name_prefix=f"steerboard-db-{lane}")
     return pool
@@ -84,8 +84,7 @@ def writer():
     if found is not None:
         return found
     if _pool_is_writer():
-        executor("pool")
-        return _executors["writer"]
+        return executor("pool")
     with _executors_lock:
         found = _executors.get("writer")
         if found is None:
@@ -137,7 +136,7 @@ def close_all(timeout: float = 30) -> None:
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
     with _executors_lock:
-        pools = list({id(p): p for p in _executors.values()}.values())
+        pools = list(_executors.values())
         _executors.clear()
     for pool in pools:
         size = pool._max_workers
