@@ -615,29 +615,13 @@ class _Sql:
         self.log_insert_head = f"INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) VALUES "
         self.log_row = f"(%s, %s, %s, {json_value}, %s)"
         if vendor != "postgresql":
-            self.send_one = self.entry_one = self.send_piped = self.entry_piped = None
+            self.send_piped = self.entry_piped = None
             return
-        # PostgreSQL runs each job as one statement (one round trip): the statements
-        # above joined by data-modifying WITH clauses, which SQLite does not have.
+        # PostgreSQL runs each job as one statement (one round trip): the steps above,
+        # with their Lead-log records, joined by data-modifying WITH clauses (which
+        # SQLite does not have). Needing no other statement's answer, a batch's
+        # statements go out in one pipeline (jobs_piped).
         pushable = "phase IN ('active', 'provisioning') AND session_state IN ('running', 'idle')"
-        self.send_one = (
-            f"WITH t AS ({self.target_claim.removesuffix(', ' + hosts_exists(member, hosts))}"
-            f", {hosts_exists(member, hosts)} AS has_host, ({pushable} AND {pending('queued')} = 0 AND %s) AS admit), "
-            f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
-            f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"SELECT %s, %s, %s, t.id, %s, t.seq, %s, %s, CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, "
-            f"CASE WHEN t.admit THEN 1 ELSE 0 END, '', %s, %s, CASE WHEN t.admit THEN %s ELSE NULL END FROM t) "
-            f"SELECT t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit FROM t"
-        )
-        self.entry_one = (
-            f"WITH h AS ({self.entry_insert}), "
-            f"d AS (UPDATE {message} SET state = 'delivered', delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
-            f"WHERE %s AND id = %s AND target_id = %s AND state <> 'delivered' AND (EXISTS (SELECT 1 FROM h) "
-            f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s)) RETURNING seq) "
-            f"SELECT (SELECT id FROM h), (SELECT seq FROM d)"
-        )
-        # The same with their Lead-log records, so that a batch's statements need no
-        # answer from each other: the writer sends them all in one pipeline.
         text = "CAST(%(target)s AS text)"
         queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = 'queued')"
         pending_all = (
@@ -651,7 +635,7 @@ class _Sql:
             f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {queued_none} AND %(may)s) AS admit), "
             f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
             f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, '', '', "
+            f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, "
             f"CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
             f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
             f"l AS (INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) "
@@ -888,21 +872,11 @@ class SendJob(_writer.Job):
                         ErrorCode.NOT_FOUND, f"You received no message {self.reply_to!r} to reply to.", persisted=False
                     )
                 self.thread_id = row[1] or row[0]
-            claim = [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")]
-            if sql.send_one:
-                cursor.execute(
-                    sql.send_one,
-                    claim + [self.may_admit, self.message_id, sender.team_id, sender.pk, self.content, self.thread_id,
-                             self.reply_to, now, now, now],
-                )
-                row = cursor.fetchone()
-                if row is None:
-                    _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
-                self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
-                self.target_status = status_of(phase, session_state)
-                self.has_host = bool(has_host)
-                self._log(batch)
+            if sql.send_piped:  # PostgreSQL: the same one statement a pipelined batch sends
+                cursor.execute(sql.send_piped, self._piped_params(batch))
+                self.piped_result(cursor.fetchone(), batch)
                 return
+            claim = [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")]
             cursor.execute(sql.target_claim, claim)
             row = cursor.fetchone()
             if row is None:
@@ -943,15 +917,19 @@ class SendJob(_writer.Job):
             )
 
     def piped(self, batch) -> tuple[str, dict] | None:
-        """The job as one statement that needs no other's answer (PostgreSQL), or None."""
+        """The job as one statement that needs no other's answer (PostgreSQL), or None
+        (a reply first looks up its thread: ``execute`` runs it)."""
         sql = _sql(batch.db)
         if not sql.send_piped or self.reply_to:
             return None
         self.thread_id = ""
-        return sql.send_piped, {
+        return sql.send_piped, self._piped_params(batch)
+
+    def _piped_params(self, batch) -> dict:
+        return {
             "team": self.sender.team_id, "target": self.target_name, "limit": _limit("MAX_PENDING_PER_TARGET"),
             "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
-            "content": self.content, "now": batch.now,
+            "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "now": batch.now,
         }
 
     def piped_result(self, row, batch) -> None:
@@ -1028,25 +1006,27 @@ class EntryJob(_writer.Job):
         self.delivered = False
 
     def execute(self, batch) -> None:
-        member, sql = self.member, _sql(batch.db)
-        now = batch.now_db
+        sql = _sql(batch.db)
+        if sql.entry_piped:  # PostgreSQL: the same one statement a pipelined batch sends
+            statement, params = self.piped(batch)
+            with _hot_cursor(batch.db) as cursor:
+                cursor.execute(statement, params)
+                self.piped_result(cursor.fetchone(), batch)
+            return
+        member, now = self.member, batch.now_db
         self.delivered = False
         mark = bool(self.message_id) and not self._delivered_deferred()
-        insert = [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now]
         with _hot_cursor(batch.db) as cursor:
-            if sql.entry_one:  # PostgreSQL: the insert and the delivered update in one statement
-                cursor.execute(
-                    sql.entry_one, insert + [now, now, mark, self.message_id, member.pk, member.pk, self.message_id]
-                )
-                inserted, seq = cursor.fetchone()
-            else:
-                cursor.execute(sql.entry_insert, insert)
-                found = cursor.fetchone()
-                inserted, seq = (found[0] if found else None), None
-                if mark:
-                    cursor.execute(sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id])
-                    marked = cursor.fetchone()
-                    seq = marked[0] if marked else None
+            cursor.execute(
+                sql.entry_insert,
+                [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now],
+            )
+            found = cursor.fetchone()
+            inserted, seq = (found[0] if found else None), None
+            if mark:
+                cursor.execute(sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id])
+                marked = cursor.fetchone()
+                seq = marked[0] if marked else None
             if seq is not None:
                 self.delivered = True
                 batch.log(
@@ -1056,9 +1036,7 @@ class EntryJob(_writer.Job):
             elif self.message_id:  # folded, deferred, or not this member's message at all
                 cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
                 if cursor.fetchone() is None:
-                    if inserted is not None:
-                        cursor.execute(sql.entry_undo, [inserted])
-                    raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
+                    self._not_mine(cursor, inserted)
             if self.prompt_id:
                 cursor.execute(sql.prompt_started, [now, self.prompt_id, member.pk])
         self.result = inserted is not None
@@ -1080,10 +1058,14 @@ class EntryJob(_writer.Job):
         self.delivered = seq is not None
         if self.message_id and not mine:
             with _hot_cursor(batch.db) as cursor:
-                if inserted is not None:
-                    cursor.execute(_sql(batch.db).entry_undo, [inserted])
-            raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
+                self._not_mine(cursor, inserted)
         self.result = inserted is not None
+
+    def _not_mine(self, cursor, inserted: int | None) -> None:
+        """The entry names a message never addressed to this member: store nothing, refuse."""
+        if inserted is not None:
+            cursor.execute(_sql(cursor.db).entry_undo, [inserted])
+        raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
 
     def _delivered_deferred(self) -> bool:
         try:
