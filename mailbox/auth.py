@@ -10,6 +10,7 @@ import time
 
 from django.conf import settings
 
+from mailbox.db import database_sync_to_async
 from teams.models import Member, Team
 from teams.selectors import member_by_token, team_by_host_token
 
@@ -57,6 +58,12 @@ def member_from_headers(headers) -> Member | None:
             _members.clear()
         _members[_key(token)] = (time.monotonic() + settings.STEERBOARD["TOKEN_CACHE_SECONDS"], member)
     return member
+
+
+async def member_of_request(headers) -> Member | None:
+    """The member a request's bearer token names: from the cache on the event loop,
+    else looked up on a database thread."""
+    return member_cached(bearer_from_headers(headers)) or await database_sync_to_async(member_from_headers)(headers)
 
 
 def host_team_from_headers(headers) -> Team | None:

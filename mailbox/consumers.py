@@ -16,7 +16,7 @@ from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
 from mailbox import delivery, events, sessions, sweeper, tools, wire
-from mailbox.auth import host_team_from_headers, member_from_headers
+from mailbox.auth import host_team_from_headers, member_of_request
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
 
@@ -82,7 +82,7 @@ class AgentConsumer(_JsonFrames):
 
     async def connect(self):
         sweeper.ensure_started()
-        self.member = await database_sync_to_async(member_from_headers)(self.scope["headers"])
+        self.member = await member_of_request(self.scope["headers"])
         if self.member is None:
             await self.close(code=4401)
             return

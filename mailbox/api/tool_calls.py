@@ -1,7 +1,7 @@
 """``POST /api/v1/tools/<name>`` as a plain ASGI app: the hot path of an agent's REST call.
 
-The same tool call as ``tools.tool_invoke`` (that view still answers every
-other method on the path), without Django's request cycle: no request object,
+The same tool call as ``tools.tool_invoke`` (``tools.tool_request``; that view
+still answers every other method on the path), without Django's request cycle: no request object,
 no ``request_started``/``request_finished`` signals run on a worker thread, no
 URL resolver. What the cycle gave these responses is kept: the Host check
 (ALLOWED_HOSTS, a 400 as Django answers it), the security headers that
@@ -20,10 +20,8 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
 from mailbox import sweeper
-from mailbox.auth import bearer_from_headers, member_cached, member_from_headers
-from mailbox.db import database_sync_to_async
-from mailbox.tools import tool_call
-from teams.errors import ErrorCode, TeamError
+from mailbox.api.tools import tool_request
+from teams.errors import TeamError
 
 log = logging.getLogger(__name__)
 PREFIX = "/api/v1/tools/"
@@ -106,26 +104,12 @@ async def app(scope, receive, send) -> None:
         await _respond(send, 400, {"error": {"code": "BAD_REQUEST", "message": "That Host is not allowed here."}})
         return
     name = scope["path"][len(PREFIX):]
-    extra = {"persisted": False} if name == "send_message" else {}
     try:
         try:
             body = await _body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         except ConnectionResetError:
             return
-        headers = scope.get("headers", ())
-        token = bearer_from_headers(headers)
-        member = member_cached(token) or await database_sync_to_async(member_from_headers)(headers)
-        if member is None:
-            raise TeamError(
-                ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
-            )
-        if body is None:
-            raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
-        try:
-            arguments = json.loads(body or b"{}")
-        except (ValueError, UnicodeDecodeError):
-            raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
-        result = await tool_call(member=member, name=name, arguments=arguments)
+        result = await tool_request(name=name, headers=scope.get("headers", ()), body=body)
     except TeamError as exc:
         await _respond(send, exc.http_status, exc.as_wire())
         return

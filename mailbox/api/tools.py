@@ -11,7 +11,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from mailbox import sessions, sweeper
 from mailbox.api.errors import error_json
-from mailbox.auth import bearer_from_headers, member_cached, member_from_headers
+from mailbox.auth import member_of_request
 from mailbox.db import database_sync_to_async
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
@@ -22,15 +22,31 @@ def _headers(request):
 
 
 async def _member(request):
-    headers = _headers(request)
-    member = member_cached(bearer_from_headers(headers))
-    if member is None:
-        member = await database_sync_to_async(member_from_headers)(headers)
+    return await _member_of(_headers(request))
+
+
+async def _member_of(headers):
+    member = await member_of_request(headers)
     if member is None:
         raise TeamError(
             ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
         )
     return member
+
+
+async def tool_request(*, name: str, headers, body: bytes | None) -> dict:
+    """One tool call over REST from its raw parts (``body`` None: over the upload
+    limit); raises TeamError for every refusal. Django's view below and the plain
+    ASGI app that serves POST (mailbox/api/tool_calls.py) both answer with it."""
+    extra = {"persisted": False} if name == "send_message" else {}
+    member = await _member_of(headers)
+    if body is None:
+        raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
+    try:
+        arguments = json.loads(body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
+    return await tool_call(member=member, name=name, arguments=arguments)
 
 
 def _method(request, allowed: str) -> None:
@@ -51,15 +67,11 @@ async def tool_invoke(request, name: str):
     sweeper.ensure_started()
     try:
         _method(request, "POST")
-        member = await _member(request)
-        extra = {"persisted": False} if name == "send_message" else {}
         try:
-            arguments = json.loads(request.body or b"{}")
+            body = request.body
         except RequestDataTooBig:
-            raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
-        except (ValueError, UnicodeDecodeError):
-            raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
-        result = await tool_call(member=member, name=name, arguments=arguments)
+            body = None
+        result = await tool_request(name=name, headers=_headers(request), body=body)
     except TeamError as exc:
         return error_json(exc)
     return JsonResponse(result)
