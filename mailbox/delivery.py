@@ -31,20 +31,31 @@ Rules the functions below keep:
 - Recovery (a session's hello, the periodic sweeper, an operator's retry) runs
   the same admission again; pushes are doorbells and may repeat.
 """
+import asyncio
 import contextlib
+import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from mailbox import events, faults, selectors
-from mailbox.models import HistoryEntry, HostPresence, LeadLogRecord, LogKind, MessageState, TeamMessage
+from mailbox import events, faults, selectors, sqlcount
+from mailbox import writer as _writer
+from mailbox.models import (
+    HistoryEntry,
+    HostPresence,
+    LeadLogRecord,
+    LogKind,
+    MessageState,
+    TeamMessage,
+    message_id_new,
+)
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Phase, SessionState, Status
+from teams.models import Member, Phase, SessionState, Status, status_of
 from teams.services import member_token_create
 
 log = logging.getLogger(__name__)
@@ -541,17 +552,6 @@ def members_start_pending(*, team_id: int | None = None) -> int:
 # transaction (its `queued` and `accepted` records together) and pushed after the
 # commit; any other send is enqueued here and admitted by ``target_admit`` after
 # the commit, exactly as before. An entry and its `delivered` record commit together.
-import asyncio  # noqa: E402
-import contextlib  # noqa: E402
-import json  # noqa: E402
-
-from django.db import connection  # noqa: E402
-
-from mailbox import sqlcount  # noqa: E402
-from mailbox import writer as _writer  # noqa: E402
-from mailbox.models import message_id_new  # noqa: E402
-from teams.models import status_of  # noqa: E402
-
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
 
 
