@@ -1111,7 +1111,3 @@ def entry_record_submit(*, member: Member, entry: dict) -> asyncio.Future:
     from mailbox.db import writer
 
     return writer().run(EntryJob(member=member, entry=entry))
-
-
-async def entry_record_fast(*, member: Member, entry: dict) -> bool:
-    return await entry_record_submit(member=member, entry=entry)

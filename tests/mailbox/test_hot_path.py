@@ -74,14 +74,14 @@ async def test_the_hot_path_leaves_the_rows_the_orm_reference_leaves(api):
         {**d, "seq": d["seq"] - 1} for _, d in await log_of(fast["message_id"])]
 
     assert await orm_entry(target, entry_for(reference, "e-ref")) is True
-    assert await delivery.entry_record_fast(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
+    assert await delivery.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
     first, second = await row(reference), await row(fast["message_id"])
     first.pop("seq"), second.pop("seq")
     assert first == second == first | {"state": "delivered", "delivered": True}
     assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
     # A repeat folds on both paths, and nothing is marked twice.
     assert await orm_entry(target, entry_for(reference, "e-ref")) is False
-    assert await delivery.entry_record_fast(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
+    assert await delivery.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
     assert len(await log_of(fast["message_id"])) == 3
     await agent.close()
 
@@ -100,7 +100,7 @@ async def test_the_hot_path_refuses_as_the_orm_does(api):
     # An entry for a message that was never addressed to this member stores nothing.
     other = (await delivery.message_send_fast(sender=target, target_name="lead", content="to the lead"))["message_id"]
     with pytest.raises(TeamError) as refused:
-        await delivery.entry_record_fast(member=target, entry=entry_for(other, "stolen"))
+        await delivery.entry_record_submit(member=target, entry=entry_for(other, "stolen"))
     assert refused.value.code == "NOT_FOUND"
     assert not await database_sync_to_async(HistoryEntry.objects.filter(entry_id="stolen").exists)()
 
