@@ -22,6 +22,11 @@ class MessageState(models.TextChoices):
     DELIVERED = "delivered"
 
 
+class MessageKind(models.TextChoices):
+    MESSAGE = "message"  # a member's send_message
+    SPAWN_PROMPT = "spawn_prompt"  # the prompt spawn_teammate was given: the teammate's first turn
+
+
 class TeamMessage(models.Model):
     """The snapshot of a team message. It has no scheduling field: every message steers.
 
@@ -38,6 +43,10 @@ class TeamMessage(models.Model):
     seq = models.PositiveBigIntegerField()
     thread_id = models.CharField(max_length=64, blank=True, default="")
     reply_to = models.CharField(max_length=64, blank=True, default="")
+    # A database default too: the hot path's INSERT (mailbox/delivery.py) leaves it out.
+    kind = models.CharField(
+        max_length=16, choices=MessageKind.choices, default=MessageKind.MESSAGE, db_default=MessageKind.MESSAGE
+    )
     state = models.CharField(max_length=16, choices=MessageState.choices, default=MessageState.QUEUED)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
