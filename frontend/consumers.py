@@ -4,8 +4,17 @@ It forwards the domain's ``team.changed`` doorbells to the browser and nothing
 else; the page re-reads what it shows from the database (the snapshot view),
 so a lost doorbell or a dropped socket never leaves it stale. Only signed-in
 people get in (session cookie via AuthMiddlewareStack; the route is wrapped in
-AllowedHostsOriginValidator, see frontend/routing.py).
+an exact same-origin check, see frontend/routing.py).
+
+A socket without a signed-in session is accepted and closed at once with 4401
+(a close before the handshake would reach the browser as an HTTP 403, which
+the page cannot tell from a network error); the page then goes to the login
+page. Each socket joins a group of its session (``session_group``): signing
+out closes every socket that session still has open, with 4401 too.
 """
+import json
+
+from frontend.signals import session_group
 from mailbox import events
 from mailbox.consumers import LeanConsumer
 from mailbox.db import database_sync_to_async
@@ -14,12 +23,18 @@ from teams.models import Team
 TEAM_LIST_WINDOW = 100
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# A browser only ever sends {"type": "ping"}; anything longer is not ours.
+MAX_FRAME_CHARS = 4096
 
 
 def _team_ids(name: str | None) -> list[int]:
     if name is not None:
         return list(Team.objects.filter(name=name).values_list("pk", flat=True))
     return list(Team.objects.order_by("name").values_list("pk", flat=True)[:TEAM_LIST_WINDOW])
+
+
+def _error(message: str) -> dict:
+    return {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": message}}
 
 
 class DashboardConsumer(LeanConsumer):
@@ -29,28 +44,58 @@ class DashboardConsumer(LeanConsumer):
         self.groups_joined = []
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._refuse(CLOSE_UNAUTHENTICATED)
             return
         team_name = self.scope["url_route"]["kwargs"].get("team")
         team_ids = await database_sync_to_async(_team_ids)(team_name)
         if team_name is not None and not team_ids:
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self._refuse(CLOSE_NOT_FOUND)
             return
-        for team_id in team_ids:
-            group = events.dashboard_group(team_id)
+        groups = [events.dashboard_group(team_id) for team_id in team_ids]
+        session = self.scope.get("session")
+        if session is not None and session.session_key:
+            groups.append(session_group(session.session_key))
+        for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined.append(group)
         await self.accept()
         # The page re-reads on this frame: anything before the subscription is in that read.
         await self.send_json({"type": "subscribed", "team": team_name})
 
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with ``code``: the browser sees the code (a refused
+        handshake would only be an HTTP 403 to it)."""
+        await self.accept()
+        await self.close(code=code)
+
     async def disconnect(self, code):
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive_json(self, content, **kwargs):
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """Whatever arrives, the socket stays open: a frame that is not a JSON object
+        gets an error frame (as on the agents' sockets)."""
+        if text_data is None:
+            await self.send_json(_error("Frames are JSON text."))
+            return
+        if len(text_data) > MAX_FRAME_CHARS:
+            await self.send_json(_error(f"A frame is at most {MAX_FRAME_CHARS} characters."))
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self.send_json(_error("That frame is not valid JSON."))
+            return
+        if not isinstance(content, dict):
+            await self.send_json(_error("A frame is a JSON object with a 'type'."))
+            return
         if content.get("type") == "ping":
             await self.send_json({"type": "pong"})
+        else:
+            await self.send_json(_error("The only frame a dashboard sends is {\"type\": \"ping\"}."))
 
     async def team_changed(self, event):
         await self.send_json({k: v for k, v in event.items() if k != "type"} | {"type": "team.changed"})
+
+    async def session_ended(self, event):
+        await self.close(code=CLOSE_UNAUTHENTICATED)

@@ -56,11 +56,13 @@ async def test_team_list_socket_hears_every_team():
     await socket.disconnect()
 
 
-async def test_socket_without_a_session_is_refused():
+async def test_socket_without_a_session_is_closed_with_4401():
+    """Accepted, then closed: a browser sees the 4401 (a refused handshake is only an HTTP 403 to it)."""
     await database_sync_to_async(_setup)()
     socket = _socket("/ws/dashboard/alpha/")
-    connected, code = await socket.connect()
-    assert not connected and code == 4401
+    connected, _ = await socket.connect()
+    assert connected
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4401}
     await socket.disconnect()  # end the refused consumer's channel-layer read
 
 
@@ -76,6 +78,7 @@ async def test_socket_from_another_origin_or_without_origin_is_refused():
 async def test_socket_for_an_unknown_team_is_refused():
     _, session = await database_sync_to_async(_setup)()
     socket = _socket("/ws/dashboard/nope/", session=session)
-    connected, code = await socket.connect()
-    assert not connected and code == 4404
+    connected, _ = await socket.connect()
+    assert connected
+    assert await socket.receive_output() == {"type": "websocket.close", "code": 4404}
     await socket.disconnect()  # end the refused consumer's channel-layer read
