@@ -27,6 +27,8 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 
+from accounts.tokens import operator_token_create  # noqa: E402
+
 TOP = 3
 
 
@@ -85,7 +87,7 @@ def send(token: str, target: str) -> str:
 def main(team: str, operator: str, lead_token: str, target: str) -> None:
     browser = Client(HTTP_HOST="127.0.0.1")
     browser.force_login(User.objects.get(username=operator))
-    api_token = User.objects.get(username=operator).auth_token.key
+    api_token = operator_token_create(user=User.objects.get(username=operator))
     api = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {api_token}")
     calls = {
         "GET /teams/<team>/": lambda: browser.get(f"/teams/{team}/").status_code,

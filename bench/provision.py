@@ -32,14 +32,14 @@ def main(team_name: str, count: int, user: str = "") -> None:
     out = {"team": team.name, "team_id": team.pk, "lead": lead_token, "host": host_token, "members": members}
     if user:
         from django.contrib.auth.models import Group, User
-        from rest_framework.authtoken.models import Token
+        from accounts.tokens import operator_token_create
 
         op, _ = User.objects.get_or_create(username=user, defaults={"is_staff": True})
         op.set_password("pw-" + user)
         op.save()
         group, _ = Group.objects.get_or_create(name="operators")
         op.groups.add(group)
-        out["operator"] = {"username": user, "password": "pw-" + user, "token": Token.objects.get_or_create(user=op)[0].key}
+        out["operator"] = {"username": user, "password": "pw-" + user, "token": operator_token_create(user=op)}
     print(json.dumps(out))
 
 

@@ -28,10 +28,41 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value not in (None, "") else default
 
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "steerboard-development-only-secret-key-change-me")
 DEBUG = _env_bool("DEBUG", False)
+# No fixed fallback in production: with DEBUG off a server without SECRET_KEY
+# refuses to start (sessions and CSRF tokens would be forgeable). `manage.py
+# demo` and the test settings generate their own (docs/operations.md).
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it (the same long random value on every process, e.g. "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`), or DEBUG=1 for development."
+        )
+    SECRET_KEY = "steerboard-development-only-secret-key-never-in-production"
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- Behind HTTPS (docs/deployment.md, "Production settings") --------------------------
+# STEERBOARD_HTTPS=1: the dashboard is served over HTTPS only: secure cookies,
+# HTTP redirected to HTTPS, HSTS. The proxy that terminates TLS says so in a
+# header named by STEERBOARD_PROXY_SSL_HEADER (e.g. X-Forwarded-Proto: https).
+HTTPS = _env_bool("STEERBOARD_HTTPS", False)
+_proxy_ssl_header = os.environ.get("STEERBOARD_PROXY_SSL_HEADER", "").strip()
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_SSL_REDIRECT = HTTPS
+# A load balancer's plain-HTTP health check is not redirected.
+SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+SECURE_HSTS_SECONDS = _env_int("STEERBOARD_HSTS_SECONDS", 31536000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("STEERBOARD_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = _env_bool("STEERBOARD_HSTS_PRELOAD", False)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "daphne",
@@ -42,12 +73,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "teams",
     "mailbox",
     "frontend",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -135,7 +167,12 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}}
 
 # --- Auth, REST, static ------------------------------------------------------
-AUTH_PASSWORD_VALIDATORS: list[dict] = []
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -143,7 +180,7 @@ LOGOUT_REDIRECT_URL = "/login/"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.OperatorTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -155,6 +192,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Agent Teams: roster, task board and one durable Steer mailbox.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from this server's own static files (drf-spectacular-sidecar): no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # 3.1: its schemas are JSON Schema, so the pydantic models of the tools fit as they are.
     "OAS_VERSION": "3.1.0",
     "POSTPROCESSING_HOOKS": [

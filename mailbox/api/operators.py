@@ -2,10 +2,11 @@
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.authentication import OperatorTokenAuthentication
 from mailbox import delivery, selectors, sessions
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
@@ -14,7 +15,7 @@ from teams.models import Team
 
 
 class _Api(APIView):
-    authentication_classes = [TokenAuthentication, MemberBearerAuthentication, SessionAuthentication]
+    authentication_classes = [OperatorTokenAuthentication, MemberBearerAuthentication, SessionAuthentication]
     permission_classes = [CanReadTeam]
 
     def team(self) -> Team:

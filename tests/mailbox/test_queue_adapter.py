@@ -2,7 +2,7 @@
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
-from rest_framework.authtoken.models import Token
+from accounts.tokens import operator_token_create
 
 from mailbox.models import HumanPrompt
 from tests.support.inproc import Agent, spawn, team_new
@@ -15,7 +15,7 @@ def person(name: str, operator: bool) -> str:
     user = User.objects.create_user(name, password="pw")
     if operator:
         user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return Token.objects.create(user=user).key
+    return operator_token_create(user=user)
 
 
 @database_sync_to_async

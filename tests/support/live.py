@@ -120,7 +120,7 @@ class LiveEnvironment:
         return self.manage_json("team_create", name)
 
     def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
-        args = ["operator_create", username, "--password", "pw-" + username]
+        args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
         if viewer:
             args.append("--viewer")
         return self.manage_json(*args)
