@@ -8,7 +8,6 @@ blocking the socket: the next frame is read while they commit, and answers
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -39,6 +38,17 @@ def _validation_message(exc: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
+def _refusal(content, exc: TeamError) -> dict:
+    """A frame refused by wire.value_check: a tool call's refusal is its ``tool_result``
+    (when its id can be answered), anything else an ``error`` frame."""
+    call_id = content.get("id") if isinstance(content, dict) and content.get("type") == "tool" else None
+    if isinstance(call_id, str) and 1 <= len(call_id) <= 128 and "\x00" not in call_id and call_id.isprintable():
+        if content.get("name") == "send_message":
+            exc.extra["persisted"] = False
+        return {"type": "tool_result", "id": call_id, **exc.as_wire()}
+    return {"type": "error", **exc.as_wire()}
+
+
 class LeanConsumer(AsyncJsonWebsocketConsumer):
     """A consumer whose every frame does not cost a thread hop.
 
@@ -55,21 +65,69 @@ class LeanConsumer(AsyncJsonWebsocketConsumer):
 
 
 class _JsonFrames(LeanConsumer):
-    """Bad JSON gets an error frame; the connection stays open."""
+    """Bad JSON gets an error frame; the connection stays open. Whatever a frame
+    makes fail ends in an ``error`` frame, never in a crash of the socket; and
+    ``disconnect`` runs once however the socket ends (a close, a crash of any
+    handler, a cancelled application), so no session or host outlives it."""
+
+    _detached = False
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self._detached:
+                # Channels did not get to websocket_disconnect: a handler raised or the task was cancelled.
+                await asyncio.shield(self._detach_once(None))
+
+    async def websocket_disconnect(self, message):
+        await self._detach_once(message.get("code"))
+        await super().websocket_disconnect(message)  # disconnect() is a no-op now; raises StopConsumer
+
+    async def _detach_once(self, code) -> None:
+        if self._detached:
+            return
+        self._detached = True
+        try:
+            await self.detach(code)
+        except Exception as exc:
+            log.warning("detaching %s failed: %s: %s", type(self).__name__, type(exc).__name__, exc)
+
+    async def detach(self, code) -> None:
+        """End what this socket held (a session, a host's presence); runs exactly once."""
+
+    async def disconnect(self, code):
+        pass  # detach() does it, once
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
-        if text_data is None:
-            await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Frames are JSON text."))
-            return
         try:
-            content = json.loads(text_data)
-        except ValueError:
-            await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "That frame is not valid JSON."))
-            return
-        if not isinstance(content, dict):
-            await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "A frame is a JSON object with a 'type'."))
-            return
-        await self.receive_json(content)
+            if text_data is None:
+                await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Frames are JSON text."))
+                return
+            try:
+                content, suspect = wire.json_parse(text_data)
+            except TeamError as exc:  # nested too deep, a number out of range
+                await self.send_json({"type": "error", **exc.as_wire()})
+                return
+            except ValueError:
+                await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "That frame is not valid JSON."))
+                return
+            if suspect:
+                try:
+                    wire.value_check(content)
+                except TeamError as exc:  # a NUL or a lone surrogate, named
+                    await self.send_json(_refusal(content, exc))
+                    return
+            if not isinstance(content, dict):
+                await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "A frame is a JSON object with a 'type'."))
+                return
+            await self.receive_json(content)
+        except Exception as exc:
+            # One line, no traceback: a frame the checks above let through made something fail.
+            log.warning(
+                "a frame on %s failed: %s: %.200s", type(self).__name__, type(exc).__name__, str(exc)
+            )
+            await self.send_json(_error(ErrorCode.SERVER_ERROR, "That frame could not be handled; the socket stays open."))
 
 
 # Tool calls one socket may have in flight; more are refused until some finish.
@@ -79,6 +137,7 @@ MAX_TOOL_CALLS_IN_FLIGHT = 64
 class AgentConsumer(_JsonFrames):
     member = None
     said_hello = False
+    hello_sent = False
 
     async def connect(self):
         sweeper.ensure_started()
@@ -95,13 +154,13 @@ class AgentConsumer(_JsonFrames):
         # hello records as the member's current one (mailbox/events.py).
         await self.accept()
 
-    async def disconnect(self, code):
+    async def detach(self, code):
         if self.member is None:
             return
         events.session_unregister(self.channel_name)
         for task in list(self.tool_calls):
             task.cancel()
-        if self.said_hello:
+        if self.said_hello or self.hello_sent:
             await database_sync_to_async(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
@@ -119,6 +178,7 @@ class AgentConsumer(_JsonFrames):
                 return
             await self._writes_committed()  # a status or hello comes after the entries before it
             if isinstance(frame, wire.Hello):
+                self.hello_sent = True  # from here on the session may be attached: detach() ends it
                 replay = await database_sync_to_async(sessions.session_hello)(
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
                 )
@@ -242,11 +302,13 @@ class HostConsumer(_JsonFrames):
         await self.accept()
         await database_sync_to_async(sessions.host_connected)(team_id=self.team.pk, channel=self.channel_name)
 
-    async def disconnect(self, code):
+    async def detach(self, code):
         if self.team is None:
             return
-        await self.channel_layer.group_discard(self.group, self.channel_name)
-        await database_sync_to_async(sessions.host_disconnected)(channel=self.channel_name)
+        try:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        finally:
+            await database_sync_to_async(sessions.host_disconnected)(channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         try:

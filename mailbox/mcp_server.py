@@ -36,7 +36,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
-from mailbox import policy, sessions, sweeper
+from mailbox import policy, sessions, sweeper, wire
 from mailbox.api.inbox import inbox_read
 from mailbox.auth import member_from_headers
 from mailbox.db import database_sync_to_async
@@ -80,6 +80,12 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
     try:
         member = _member(ctx)
         arguments = params.arguments if params.arguments is not None else {}
+        try:
+            wire.value_check(arguments, "arguments")  # REST's refusals: nesting, NUL, lone surrogates, big ints
+        except TeamError as exc:
+            if params.name == "send_message":
+                exc.extra["persisted"] = False
+            raise
         result = await tool_call(member=member, name=params.name, arguments=arguments)
     except TeamError as exc:
         body = exc.as_wire()

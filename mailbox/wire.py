@@ -1,8 +1,121 @@
 """Pydantic models of the websocket frames (protocol.md). Every inbound frame is
-validated here before a service sees it."""
+validated here before a service sees it.
+
+``json_loads`` is the one JSON parser of everything a client sends (REST bodies,
+websocket frames; ``value_check`` for what MCP parsed itself): it refuses, with
+a ``VALIDATION_ERROR`` naming the field, what no field of the API accepts and
+what would otherwise fail deep inside (RecursionError, pydantic's serialisation
+depth, PostgreSQL's DataError, UTF-8 encoding): nesting deeper than
+``MAX_JSON_DEPTH``, a NUL character, a lone UTF-16 surrogate, an integer outside
+64 bits, NaN/Infinity. The common body pays two ``str.count`` and one ``in``.
+"""
+import json
+import math
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
+
+from teams.errors import ErrorCode, TeamError
+
+# --- the one parser of client JSON ---------------------------------------------------------
+MAX_JSON_DEPTH = 64  # arrays and objects inside each other; no field needs a tenth of it
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # every integer field is a 64-bit column or smaller
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# A JSON string (unrolled, linear) or one bracket: what the depth scan steps over.
+_STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _refused(message: str) -> TeamError:
+    return TeamError(ErrorCode.VALIDATION_ERROR, message)
+
+
+def _int(text: str) -> int:
+    value = int(text)
+    if not INT_MIN <= value <= INT_MAX:
+        raise _refused(f"The number {text[:24]}{'…' if len(text) > 24 else ''} is outside the 64-bit integer range.")
+    return value
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _refused(f"The number {text[:24]} is not finite.")
+    return value
+
+
+def _constant(name: str):
+    raise _refused(f"{name} is not a JSON value.")
+
+
+_decoder = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+
+
+def _depth_check(text: str) -> None:
+    depth = 0
+    for match in _STRUCTURE.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise _refused(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is refused.")
+        elif token in "]}":
+            depth -= 1
+
+
+def value_check(value: Any, where: str = "") -> None:
+    """Refuse a NUL, a lone surrogate or nesting past MAX_JSON_DEPTH anywhere in a
+    parsed value (keys too), naming the field; iterative, so any depth is safe."""
+    stack = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, str):
+            _string_check(item, path)
+        elif isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise _refused(f"{path or 'body'}: JSON nested deeper than {MAX_JSON_DEPTH} levels is refused.")
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                name = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str):
+                    _string_check(key, name)
+                stack.append((child, name, depth + 1))
+        elif isinstance(item, int) and not isinstance(item, bool) and not INT_MIN <= item <= INT_MAX:
+            raise _refused(f"{path or 'body'}: the number is outside the 64-bit integer range.")
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise _refused(f"{path or 'body'}: the number is not finite.")
+
+
+def _string_check(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise _refused(f"{path or 'body'}: NUL characters (\\u0000) are refused.")
+    if not text.isascii() and _SURROGATE.search(text):
+        raise _refused(f"{path or 'body'}: a lone surrogate (\\ud800-\\udfff) is not Unicode text; refused.")
+
+
+def json_loads(raw: bytes | str) -> Any:
+    """Parse what a client sent. ValueError: not JSON (or not UTF-8); TeamError
+    (VALIDATION_ERROR, naming the field): a value refused as above."""
+    value, suspect = json_parse(raw)
+    if suspect:
+        value_check(value)
+    return value
+
+
+def json_parse(raw: bytes | str) -> tuple[Any, bool]:
+    """``json_loads`` without the value check: the value, and whether it may hold a
+    NUL or a lone surrogate (``value_check`` it before use)."""
+    encoded = isinstance(raw, bytes | bytearray)
+    text = raw.decode("utf-8") if encoded else raw  # strict UTF-8: no raw surrogate gets through
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _depth_check(text)  # before the parser recurses
+    try:
+        value = _decoder.decode(text)
+    except RecursionError:  # not reached after the scan; never let it escape
+        raise _refused(f"JSON nested deeper than {MAX_JSON_DEPTH} levels is refused.")
+    # Only an escape makes a NUL or a surrogate (or a raw code point, in a str that was never UTF-8).
+    return value, "\\u" in text or (not encoded and not text.isascii() and _SURROGATE.search(text) is not None)
+
 
 EntryId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 

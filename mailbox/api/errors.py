@@ -1,6 +1,7 @@
 """Every refusal on the wire is ``{"error": {"code", "message"}}`` with a 4xx status."""
 import logging
 
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -21,6 +22,14 @@ _DRF_CODES = [
 ]
 
 
+def too_large_body() -> dict:
+    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE, on every endpoint that reads one."""
+    from django.conf import settings
+
+    return {"error": {"code": str(ErrorCode.TEAM_MESSAGE_TOO_LARGE),
+                      "message": f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."}}
+
+
 def error_json(exc: TeamError) -> JsonResponse:
     return JsonResponse(exc.as_wire(), status=exc.http_status)
 
@@ -31,6 +40,10 @@ def exception_handler(exc, context):
 
     if isinstance(exc, TeamError):
         return Response(exc.as_wire(), status=exc.http_status)
+    if isinstance(exc, RequestDataTooBig):  # Django's would be its HTML 400 page
+        return Response(too_large_body(), status=413)
+    if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        return Response({"error": {"code": "VALIDATION_ERROR", "message": str(exc)}}, status=400)
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     for klass, code in _DRF_CODES:

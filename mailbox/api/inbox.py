@@ -6,14 +6,13 @@
   session gets the same delivered guarantee as a connected one.
 - ``GET /api/v1/tools/policy``: the team policy for members' instructions.
 """
-import json
-
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import TypeAdapter, ValidationError
 
 from mailbox import policy, selectors, sessions, sweeper, wire
-from mailbox.api.errors import error_json
+from mailbox.api.errors import error_json, too_large_body
 from mailbox.api.tools import _member, _method, tool_invoke
 from mailbox.db import database_sync_to_async
 from mailbox.tools import validation_summary
@@ -52,8 +51,8 @@ async def inbox(request):
         member = await _member(request)
         after_seq = _whole(request, "after_seq", 0)
         limit = _whole(request, "limit", 50)
-        if not 1 <= limit <= 100 or after_seq < 0:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-100 and after_seq is not negative.")
+        if not 1 <= limit <= 100 or not 0 <= after_seq <= wire.INT_MAX:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-100 and after_seq is 0 to 2^63-1.")
         page = await database_sync_to_async(inbox_read)(member=member, after_seq=after_seq, limit=limit)
     except TeamError as exc:
         return error_json(exc)
@@ -80,8 +79,10 @@ async def session_entries(request):
         _method(request, "POST")
         member = await _member(request)
         try:
-            body = json.loads(request.body or b"{}")
-        except (ValueError, UnicodeDecodeError):
+            body = wire.json_loads(request.body or b"{}")
+        except RequestDataTooBig:
+            return JsonResponse(too_large_body(), status=413)
+        except ValueError:  # UnicodeDecodeError is one; a refused value is a TeamError naming its field
             raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.")
         if not isinstance(body, dict) or set(body) not in ({"entries"}, {"entry"}):
             raise TeamError(

@@ -1,22 +1,45 @@
 """Operator REST: teams, their messages, retries and human prompts. Thin: parse, call, render."""
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import delivery, selectors, sessions
+from mailbox import delivery, selectors, sessions, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
 from teams import services as team_services
+from teams.errors import TeamError
 from teams.models import Team
+
+
+class ClientJSONParser(JSONParser):
+    """DRF's JSON parser on wire.json_loads: the agents' API's refusals (nesting,
+    NUL, lone surrogates, numbers out of range) as a 400 VALIDATION_ERROR."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = (stream.read() if limit is None else stream.read(limit + 1)) if stream is not None else b""
+        if limit is not None and len(raw) > limit:
+            raise RequestDataTooBig("Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE.")  # 413, errors.py
+        try:
+            return wire.json_loads(raw)
+        except TeamError as exc:
+            raise ParseError(exc.message)
+        except ValueError as exc:
+            raise ParseError(f"The body is not valid JSON: {exc}")
 
 
 class _Api(APIView):
     authentication_classes = [OperatorTokenAuthentication, MemberBearerAuthentication, SessionAuthentication]
     permission_classes = [CanReadTeam]
+    parser_classes = [ClientJSONParser, FormParser, MultiPartParser]
 
     def team(self) -> Team:
         return team_selectors.team_get(name=self.kwargs["team"])

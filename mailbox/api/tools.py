@@ -3,13 +3,11 @@
 Plain async Django views: ``wait_agent`` may wait for an hour, and must not
 hold a worker thread while it does.
 """
-import json
-
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from mailbox import sessions, sweeper
+from mailbox import sessions, sweeper, wire
 from mailbox.api.errors import error_json
 from mailbox.auth import member_of_request
 from mailbox.db import database_sync_to_async
@@ -43,8 +41,11 @@ async def tool_request(*, name: str, headers, body: bytes | None) -> dict:
     if body is None:
         raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
     try:
-        arguments = json.loads(body or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        arguments = wire.json_loads(body or b"{}")
+    except TeamError as exc:  # nesting, NUL, a lone surrogate, a number out of range: refused here
+        exc.extra.update(extra)
+        raise
+    except ValueError:  # UnicodeDecodeError is one
         raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
     return await tool_call(member=member, name=name, arguments=arguments)
 
@@ -87,8 +88,8 @@ async def session_history(request):
             limit = int(request.GET.get("limit") or 500)
         except ValueError:
             raise TeamError(ErrorCode.VALIDATION_ERROR, "after and limit are whole numbers.")
-        if not 1 <= limit <= 1000 or after < 0:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-1000 and after is not negative.")
+        if not 1 <= limit <= 1000 or not 0 <= after <= wire.INT_MAX:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-1000 and after is 0 to 2^63-1.")
         entries, next_after = await database_sync_to_async(sessions.history_page)(
             member=member, after=after, limit=limit
         )
