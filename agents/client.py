@@ -199,6 +199,10 @@ class ServerClient:
             base_url=self.server, headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30.0)
         )
 
+    def token_replace(self, token: str) -> None:
+        self.token = token
+        self._http.headers["Authorization"] = f"Bearer {token}"
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

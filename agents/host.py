@@ -5,7 +5,8 @@ It holds ``/ws/host/`` open with the team's host token. On ``start`` (reason
 is waiting for) it runs that member's AgentSession with the token the frame
 carries and answers ``started`` (or ``start_failed``). A start for a member
 whose session this host is already running is answered ``started`` and
-nothing else happens, so repeated starts never make two sessions. Every
+nothing else happens, so repeated starts never make two sessions (the
+session takes the start's new token: the server revoked its earlier one). Every
 session begins with a cold-resume: it reads its durable history first, so a
 member whose earlier session died continues where that history stops.
 
@@ -103,6 +104,11 @@ class Host:
         self.starts.append({"member": member, "reason": frame.get("reason")})
         running = self.sessions.get(member)
         if running is not None and not running[1].done():
+            # The server revoked the session's earlier start token when it minted this
+            # one (teams/tokens.py): the running session reconnects with the new one.
+            if token and token != running[0].token:
+                running[0].token_replace(token)
+                self._state_write(member, token)
             log.info("start %s (%s): already running", member, frame.get("reason"))
             return {"type": "started", "member": member}
         try:

@@ -119,6 +119,12 @@ class AgentSession:
         self.instructions: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
+    def token_replace(self, token: str) -> None:
+        """Use ``token`` from now on (a host's later start carries a new one and the
+        server revoked the earlier): the next request and the next reconnect send it."""
+        self.token = token
+        self.client.token_replace(token)
+
     async def run(self) -> None:
         """Run until stop() (or until the server refuses the token)."""
         if self.resume:

@@ -2,8 +2,10 @@
 
 A member token's lookup is cached in the process for ``TOKEN_CACHE_SECONDS``
 (5 s by default): the hot path pays for it once per interval, not once per
-call. A token whose row is deleted therefore stops working within that bound
-on every process; an unknown token is never cached, so a new one works at once.
+call. A revoked token (its row deleted, mailbox/lifecycle.py) is dropped from
+the revoking process's cache at once (``forget``) and stops working on every
+other process within that bound; an unknown token is never cached, so a new
+one works at once.
 """
 import hashlib
 import time
@@ -43,6 +45,12 @@ def member_cached(token: str) -> Member | None:
     if hit is not None and hit[0] > time.monotonic():
         return hit[1]
     return None
+
+
+def forget(hashes) -> None:
+    """Drop these tokens (their SHA-256 hex) from this process's cache: revoked."""
+    for digest in hashes:
+        _members.pop(digest, None)
 
 
 def member_from_headers(headers) -> Member | None:

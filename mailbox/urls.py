@@ -2,7 +2,7 @@ from django.conf import settings
 from django.urls import path
 
 from mailbox import sqlcount
-from mailbox.api import inbox, operators, tools
+from mailbox.api import inbox, member_admin, operators, tools
 
 urlpatterns = [
     path("tools", tools.tools_list, name="tools-list"),
@@ -20,6 +20,12 @@ urlpatterns = [
         name="message-retry",
     ),
     path("teams/<str:team>/members/<str:member>/retry", operators.TargetRetryView.as_view(), name="target-retry"),
+    path(
+        "teams/<str:team>/members/<str:member>/tokens/revoke",
+        member_admin.MemberTokensRevokeView.as_view(),
+        name="member-tokens-revoke",
+    ),
+    path("teams/<str:team>/members/<str:member>/retire", member_admin.MemberRetireView.as_view(), name="member-retire"),
     path("teams/<str:team>/prompts", operators.PromptsView.as_view(), name="team-prompts"),
 ]
 

@@ -95,9 +95,17 @@ def status_of(phase: str, session_state: str) -> str:
     return phase
 
 
+class TokenKind(models.TextChoices):
+    ISSUED = "issued"  # team_create's Lead token, manage.py member_token: live until revoked
+    START = "start"  # carried by a host `start`: superseded by the member's next start (teams/tokens.py)
+
+
 class MemberToken(models.Model):
+    """A member's bearer token (its SHA-256 only). Revoking a token deletes its row."""
+
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="tokens")
     token_hash = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=8, choices=TokenKind.choices, default=TokenKind.ISSUED)
     created_at = models.DateTimeField(auto_now_add=True)
 
 
