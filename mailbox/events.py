@@ -26,10 +26,12 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from mailbox import db
+from mailbox import db, outage
 
 log = logging.getLogger(__name__)
 _in_flight: set[asyncio.Task] = set()
+# Session channels whose push failed because Redis was away: rung again from the database once it is back.
+_unrung: set[str] = set()
 DASHBOARD_RING_INTERVAL = 0.1
 
 
@@ -107,7 +109,15 @@ def send_now(name: str, event: dict, *, to_channel: bool = False) -> None:
     if to_channel and _push_local(name, event):
         return
     layer = get_channel_layer()
-    async_to_sync(layer.send if to_channel else layer.group_send)(name, event)
+    try:
+        async_to_sync(layer.send if to_channel else layer.group_send)(name, event)
+    except Exception as exc:
+        if not _layer_down(exc):
+            raise
+        # Counted, not logged one by one; admission keeps the messages queued (no traceback either).
+        outage.redis.failed("publishing", exc)
+        raise outage.LayerUnavailable(f"the channel layer is unreachable ({type(exc).__name__})") from exc
+    outage.redis.ok()
 
 
 async def _publish(name: str, event: dict, to_channel: bool = False) -> None:
@@ -117,8 +127,81 @@ async def _publish(name: str, event: dict, to_channel: bool = False) -> None:
     layer = get_channel_layer()
     try:
         await (layer.send(name, event) if to_channel else layer.group_send(name, event))
-    except Exception:  # a lost doorbell is recovered from the database
-        log.warning("publish to %s failed", name, exc_info=True)
+    except Exception as exc:  # a lost doorbell is recovered from the database
+        if not _layer_down(exc):
+            log.warning("publish to %s failed", name, exc_info=True)
+            return
+        outage.redis.failed("publishing", exc)
+        if to_channel and len(_unrung) < 10_000:
+            _unrung.add(name)
+        return
+    outage.redis.ok()
+
+
+def _layer_down(exc: BaseException) -> bool:
+    """Whether a publish failed because Redis could not be reached (not a bad event)."""
+    if isinstance(exc, OSError | asyncio.TimeoutError):
+        return True
+    try:
+        from redis.exceptions import ConnectionError, TimeoutError
+    except ImportError:  # the in-memory layer only
+        return False
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+# --- after Redis comes back ------------------------------------------------------------------
+_recovery: asyncio.Task | None = None
+_recovery_again = False
+
+
+def redis_recovered() -> None:
+    """Redis is back (this process receives again, or a publish went out again): ring
+    again, from the database, every doorbell a session of this process may have
+    missed, and those this process failed to publish. At once, not at the sweeper's
+    next redelivery: a session that missed one steer holds every later one back."""
+    _on_the_loop(_recovery_start)
+
+
+def _recovery_start() -> None:
+    global _recovery, _recovery_again
+    if _recovery is not None and not _recovery.done():
+        _recovery_again = True  # once more when the running pass ends: it may have read too early
+        return
+    _recovery = asyncio.ensure_future(_recovery_run())
+
+
+async def _recovery_run() -> None:
+    global _recovery_again
+    while True:
+        _recovery_again = False
+        channels = set(_local) | _unrung
+        _unrung.difference_update(channels)
+        try:
+            count = await db.database_sync_to_async(sessions_ring_again)(channels=sorted(channels))
+            log.info("after Redis came back: rang again %d sessions' undelivered messages", count)
+        except Exception as exc:
+            if outage.unavailable(exc) is None:
+                log.warning("ringing sessions again after Redis came back failed", exc_info=True)
+            _unrung.update(channels)
+        if not _recovery_again:
+            return
+
+
+def sessions_ring_again(*, channels: list[str]) -> int:
+    """Admit again (redeliver) every queued or accepted message of the members whose
+    current session is one of ``channels``, in seq order per member."""
+    from mailbox import delivery
+    from teams.models import Member
+
+    if not channels:
+        return 0
+    members = sorted(Member.objects.filter(session_channel__in=channels).values_list("pk", flat=True))
+    for member_id in members:
+        delivery.target_admit(target_id=member_id, redeliver=True)
+    return len(members)
+
+
+outage.redis.on_back(redis_recovered)
 
 
 def _publish_on_loop(name: str, event: dict, to_channel: bool) -> None:
