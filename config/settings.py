@@ -23,6 +23,18 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
+def _env_limit(name: str, default: int) -> int:
+    """A limit from the environment: a positive integer, or the server refuses to start."""
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    if not value.strip().isdigit() or int(value) < 1:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(f"{name} must be a positive integer (like {default}), not {value!r}.")
+    return int(value)
+
+
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value not in (None, "") else default
@@ -154,9 +166,7 @@ if REDIS_URL:
             # receive costs each process four serial Redis round trips per message
             # (BZPOPMIN with a backup queue): under load the steers queued there for
             # seconds (docs/performance.md, "Doorbells through Redis").
-            # channels_redis's pub/sub layer with a receive loop that survives a Redis
-            # restart and resubscribes at once (mailbox/layers.py).
-            "BACKEND": "mailbox.layers.RedisPubSubLayer",
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
                 # A publish runs inside admission, under the target's row lock: one that
                 # hangs fails after 5 s, and the messages stay queued for recovery.
@@ -222,10 +232,13 @@ LOGGING = {
 
 # --- Steerboard limits and timings (architecture.md section 6) --------------
 STEERBOARD = {
-    "MAX_MESSAGE_BYTES": _env_int("STEERBOARD_MAX_MESSAGE_BYTES", 64 * 1024),
-    "MAX_PENDING_PER_TARGET": _env_int("STEERBOARD_MAX_PENDING_PER_TARGET", 64),
-    "MAX_MEMBERS_PER_TEAM": _env_int("STEERBOARD_MAX_MEMBERS_PER_TEAM", 32),
-    "MAX_TASKS_PER_TEAM": _env_int("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
+    # The seed's limits (docs/operations.md); each a positive integer.
+    "MAX_MESSAGE_BYTES": _env_limit("STEERBOARD_MAX_MESSAGE_BYTES", 64 * 1024),
+    "MAX_PENDING_PER_TARGET": _env_limit("STEERBOARD_MAX_PENDING_PER_TARGET", 64),
+    "MAX_MEMBERS_PER_TEAM": _env_limit("STEERBOARD_MAX_MEMBERS_PER_TEAM", 8),
+    "MAX_TASKS_PER_TEAM": _env_limit("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
+    # wait_agent calls one member may have waiting at once in one server process.
+    "MAX_WAITS_PER_MEMBER": _env_limit("STEERBOARD_MAX_WAITS_PER_MEMBER", 4),
     # Seconds between recovery sweeps in each server process; 0 turns the
     # in-process sweeper off (run `manage.py sweep --loop` instead).
     "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),
@@ -236,8 +249,9 @@ STEERBOARD = {
     # A process whose heartbeat is older than this is dead: recovery closes its
     # sessions (their members become inactive and are cold-resumed) and drops its hosts.
     "PROCESS_TIMEOUT": _env_float("STEERBOARD_PROCESS_TIMEOUT", 30.0),
-    # How often wait_agent looks at the database while it waits.
-    "WAIT_POLL_INTERVAL": _env_float("STEERBOARD_WAIT_POLL_INTERVAL", 0.2),
+    # wait_agent wakes on the team's doorbells; it also looks at the database this
+    # often (seconds) in case a doorbell was lost (the channel layer was down).
+    "WAIT_RECHECK_INTERVAL": _env_float("STEERBOARD_WAIT_RECHECK_INTERVAL", 5.0),
     # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.
     "IDEMPOTENCY_WINDOW": _env_float("STEERBOARD_IDEMPOTENCY_WINDOW", 7 * 24 * 3600.0),
     # Threads (each with its own long-lived connection) that run a server process's

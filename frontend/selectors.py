@@ -232,7 +232,7 @@ def _team_snapshot(*, team: Team) -> dict:
         "generated_at": _iso(timezone.now()),
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
-        "tasks": [team_selectors.task_out(t) for t in tasks],
+        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
         "tasks_more": next_cursor is not None,
     }
 

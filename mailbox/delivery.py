@@ -50,13 +50,14 @@ from mailbox.models import (
     HostPresence,
     LeadLogRecord,
     LogKind,
+    MessageKind,
     MessageState,
     TeamMessage,
     message_id_new,
 )
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status, status_of
-from teams.tokens import start_token_create
+from teams.services import member_token_create
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ def message_wire(message: TeamMessage, *, sender_name: str | None = None, target
         "seq": message.seq,
         "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
         "thread_id": message.thread_id or message.id,
+        "kind": message.kind,
     }
 
 
@@ -107,10 +109,7 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
                 f"No member named {target_name!r} on this team; list_agents shows the roster.",
                 persisted=False,
             )
-        if target.phase == Phase.RETIRED:
-            raise TeamError(
-                ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired and takes no messages.", persisted=False
-            )
+        _refuse_phase(target)
         # state IN (...) rather than != delivered: an index range over the pending few, not the whole inbox.
         pending = TeamMessage.objects.filter(target=target, state__in=_PENDING).count()
         if pending >= _limit("MAX_PENDING_PER_TARGET"):
@@ -127,25 +126,61 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
                     ErrorCode.NOT_FOUND, f"You received no message {reply_to!r} to reply to.", persisted=False
                 )
             thread_id = original.thread_id or original.id
-        now = timezone.now()
-        message = TeamMessage.objects.create(
-            team_id=sender.team_id,
-            sender=sender,
-            target=target,
-            content=content,
-            seq=target.next_seq,
-            thread_id=thread_id,
-            reply_to=reply_to,
-            queued_at=now,
+        return _message_store(sender=sender, target=target, content=content, thread_id=thread_id, reply_to=reply_to)
+
+
+def spawn_prompt_enqueue(*, lead: Member, teammate: Member, prompt: str) -> TeamMessage:
+    """Store a new teammate's spawn prompt as the first message of its inbox (seq 1), from the
+    Lead, in the spawn's transaction: it is delivered like any message, so it is durable before
+    the host is asked to start the teammate and reaches it exactly once, as its first turn."""
+    if len(prompt.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
+        raise TeamError(
+            ErrorCode.TEAM_MESSAGE_TOO_LARGE,
+            f"A spawn prompt is delivered as a message: at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8.",
         )
-        Member.objects.filter(pk=target.pk).update(next_seq=F("next_seq") + 1)
-        LeadLogRecord.objects.create(
-            team_id=sender.team_id,
-            kind=LogKind.MESSAGE_QUEUED,
-            message=message,
-            data={"sender": sender.name, "target": target.name, "seq": message.seq},
+    return _message_store(sender=lead, target=teammate, content=prompt, kind=MessageKind.SPAWN_PROMPT)
+
+
+def _refuse_phase(target: Member) -> None:
+    """A retired or failed member takes no messages (nothing is stored)."""
+    if target.phase == Phase.RETIRED:
+        raise TeamError(
+            ErrorCode.TEAM_TARGET_RETIRED, f"{target.name} is retired and takes no messages.", persisted=False
         )
-        events.dashboard_notify(sender.team_id, "message", message_id=message.id, target=target.name)
+    if target.phase == Phase.FAILED:
+        raise TeamError(
+            ErrorCode.TEAM_TARGET_FAILED,
+            f"{target.name} failed to start (its host could not provision it) and takes no messages; "
+            "an operator can retry its start from the dashboard.",
+            persisted=False,
+        )
+
+
+def _message_store(
+    *, sender: Member, target: Member, content: str, thread_id: str = "", reply_to: str = "",
+    kind: str = MessageKind.MESSAGE,
+) -> TeamMessage:
+    """The snapshot, its seq and its `queued` record (inside the caller's transaction, target row locked)."""
+    now = timezone.now()
+    message = TeamMessage.objects.create(
+        team_id=sender.team_id,
+        sender=sender,
+        target=target,
+        content=content,
+        seq=target.next_seq,
+        thread_id=thread_id,
+        reply_to=reply_to,
+        kind=kind,
+        queued_at=now,
+    )
+    Member.objects.filter(pk=target.pk).update(next_seq=F("next_seq") + 1)
+    LeadLogRecord.objects.create(
+        team_id=sender.team_id,
+        kind=LogKind.MESSAGE_QUEUED,
+        message=message,
+        data={"sender": sender.name, "target": target.name, "seq": message.seq},
+    )
+    events.dashboard_notify(sender.team_id, "message", message_id=message.id, target=target.name)
     message.sender, message.target = sender, target
     return message
 
@@ -166,13 +201,8 @@ def host_connected(team_id: int) -> bool:
 
 
 def _start_request(*, member: Member, reason: str) -> None:
-    """Ask the team's hosts to start this member's session (with a fresh token; it
-    revokes the member's earlier start token, teams/tokens.py)."""
-    token, revoked = start_token_create(member=member)
-    if revoked:
-        from mailbox import auth
-
-        transaction.on_commit(lambda: auth.forget(revoked))
+    """Ask the team's hosts to start this member's session (with a fresh token)."""
+    token = member_token_create(member=member)
     faults.inject("resume")
     events.send_now(
         events.host_group(member.team_id),
@@ -582,7 +612,7 @@ class _Sql:
         # its next seq and refuses a full mailbox, in one statement.
         self.target_claim = (
             f"UPDATE {member} SET next_seq = next_seq + 1 "
-            f"WHERE team_id = %s AND name = %s AND phase <> 'retired' "
+            f"WHERE team_id = %s AND name = %s AND phase NOT IN ('retired', 'failed') "
             f"AND {pending('queued')} + {pending('accepted')} < %s "
             f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, {pending('queued')}, "
             f"{hosts_exists(member, hosts)}"
@@ -634,7 +664,7 @@ class _Sql:
         )
         self.send_piped = (
             f"WITH t AS (UPDATE {member} SET next_seq = next_seq + 1 "
-            f"WHERE team_id = %(team)s AND name = %(target)s AND phase <> 'retired' "
+            f"WHERE team_id = %(team)s AND name = %(target)s AND phase NOT IN ('retired', 'failed') "
             f"AND {pending_all} < %(limit)s "
             f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
             f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {queued_none} AND %(may)s) AS admit), "
@@ -838,8 +868,7 @@ def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
             f"No member named {target_name!r} on this team; list_agents shows the roster.",
             persisted=False,
         )
-    if row[1] == Phase.RETIRED:
-        raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired and takes no messages.", persisted=False)
+    _refuse_phase(Member(name=target_name, phase=row[1]))
     cursor.execute(sql.target_pending, [row[0]])
     pending = cursor.fetchone()[0]
     raise TeamError(
@@ -959,6 +988,7 @@ class SendJob(_writer.Job):
             "seq": self.seq,
             "created_at": self.created_at.isoformat().replace("+00:00", "Z"),
             "thread_id": self.thread_id or self.message_id,
+            "kind": MessageKind.MESSAGE,
         }
 
     def finish(self) -> None:

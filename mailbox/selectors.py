@@ -91,7 +91,7 @@ def team_summary(*, team: Team) -> dict:
             }
         )
     tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
-    return {"team": team.name, "members": members, "tasks": [team_selectors.task_out(t) for t in tasks]}
+    return {"team": team.name, "members": members, "tasks": team_selectors.tasks_out(tasks, team_id=team.pk)}
 
 
 def _cursor_encode(message: TeamMessage) -> str:

@@ -5,20 +5,21 @@ is the mailbox's. The dispatch sits here because it needs both. Each call runs
 its service, appends the Lead-log record and rings the dashboard's doorbell.
 """
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Count, Max
 from pydantic import BaseModel
 
-from mailbox import delivery, events, faults, idempotency, sessions
+from mailbox import delivery, events, faults, idempotency, sessions, waiting
 from mailbox.db import database_sync_to_async
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member
+from teams.models import Member, Task
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def _task_logged(member: Member, task, action: str) -> dict:
         data={"task": task.public_id, "action": action, "by": member.name, "revision": task.revision},
     )
     events.dashboard_notify(member.team_id, "task", task=task.public_id)
-    return {"task": selectors.task_out(selectors.task_get(team_id=member.team_id, task_id=task.public_id))}
+    return _task_view(member, task.public_id)
 
 
 # --- the tools' bodies ----------------------------------------------------------------------
@@ -62,6 +63,9 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
         member = services.member_spawn(
             lead=lead, name=args.name, description=args.description, prompt=args.prompt, context=args.context
         )
+        if args.prompt.strip():
+            # Its first turn: durable with the roster entry, delivered once the host has started it.
+            delivery.spawn_prompt_enqueue(lead=lead, teammate=member, prompt=args.prompt)
         LeadLogRecord.objects.create(
             team_id=lead.team_id, kind=LogKind.MEMBER, data={"member": member.name, "spawned_by": lead.name}
         )
@@ -144,11 +148,16 @@ def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
         cursor=args.cursor,
         limit=args.limit,
     )
-    return {"tasks": [selectors.task_out(t) for t in tasks], "next_cursor": next_cursor}
+    return {"tasks": selectors.tasks_out(tasks, team_id=member.team_id), "next_cursor": next_cursor}
+
+
+def _task_view(member: Member, task_id: str) -> dict:
+    task = selectors.task_get(team_id=member.team_id, task_id=task_id)
+    return {"task": selectors.tasks_out([task], team_id=member.team_id)[0]}
 
 
 def _task_get(member: Member, args: schemas.TaskGetArgs) -> dict:
-    return {"task": selectors.task_out(selectors.task_get(team_id=member.team_id, task_id=args.task_id))}
+    return _task_view(member, args.task_id)
 
 
 def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
@@ -158,26 +167,32 @@ def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
 
 
 # --- wait_agent: the one tool that waits --------------------------------------------------------
-def _wait_snapshot(member: Member) -> tuple[bool, dict[str, str], int]:
-    others = {m.name: m.status for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk}
+def _wait_snapshot(member: Member) -> tuple[bool, tuple]:
+    """Whether another member is active, and what wait_agent wakes on: the others'
+    statuses, the caller's inbox and the task board."""
+    others = tuple((m.name, m.status) for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk)
     inbox = TeamMessage.objects.filter(target=member).aggregate(top=Max("seq"))["top"] or 0
-    return selectors.members_active_peers(member=member), others, inbox
+    board = Task.objects.filter(team_id=member.team_id).aggregate(n=Count("id"), at=Max("updated_at"))
+    return selectors.members_active_peers(member=member), (others, inbox, board["n"], board["at"])
 
 
 async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:
-    """Return when another member's status changes or a message reaches the caller; never wakes anyone."""
+    """Return when another member's status changes, a message reaches the caller or a task
+    changes; never wakes anyone. Event-driven (mailbox/waiting.py): one read per doorbell."""
     snapshot = database_sync_to_async(_wait_snapshot)
-    active, statuses, inbox = await snapshot(member)
-    if not active:
-        return {"timed_out": False, "no_progress": {"reason": "no-active-peer"}}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.timeout_ms / 1000
-    poll = settings.STEERBOARD["WAIT_POLL_INTERVAL"]
-    while loop.time() < deadline:
-        await asyncio.sleep(min(poll, max(0.0, deadline - loop.time())))
-        _, now_statuses, now_inbox = await snapshot(member)
-        if now_statuses != statuses or now_inbox > inbox:
-            return {"timed_out": False, "no_progress": None}
+    recheck = settings.STEERBOARD["WAIT_RECHECK_INTERVAL"]
+    async with waiting.doorbells(team_id=member.team_id, member_id=member.pk) as rang:
+        active, seen = await snapshot(member)
+        if not active:
+            return {"timed_out": False, "no_progress": {"reason": "no-active-peer"}}
+        while (left := deadline - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rang.wait(), min(recheck, left))
+            rang.clear()
+            if (await snapshot(member))[1] != seen:
+                return {"timed_out": False, "no_progress": None}
     return {"timed_out": True, "no_progress": None}
 
 
@@ -217,8 +232,9 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "wait_agent",
-            "Wait until another member changes status or a message reaches you, or until the timeout. Returns at "
-            "once with no_progress when no other member is running or provisioning. It never wakes anyone.",
+            "Wait until another member changes status, a message reaches you or a task on the board changes, or "
+            "until the timeout. Returns at once with no_progress when no other member is running or provisioning. "
+            "It never wakes anyone.",
             S.WaitAgentArgs,
             S.WaitAgentResult,
             _wait_agent,
@@ -264,9 +280,9 @@ async def tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     tool = TOOLS.get(name)
     if tool is None:
         raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the nine.")
-    args = validate_arguments(tool, arguments)
     if tool.lead_only and not member.is_lead:
         raise TeamError(ErrorCode.LEAD_ONLY, f"{name} is for the Lead only.")
+    args = validate_arguments(tool, arguments)
     result = await tool.run(member, args)
     return tool.result.model_validate(result).model_dump(mode="json")
 

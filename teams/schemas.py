@@ -6,13 +6,55 @@ by hand. Arguments forbid unknown fields, so a payload can never smuggle a
 """
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+import re
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 MemberName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$", max_length=63)]
 TaskId = Annotated[str, StringConstraints(pattern=r"^task-[1-9][0-9]{0,9}$")]
 StatusLiteral = Literal["provisioning", "running", "idle", "inactive", "failed", "retired"]
 TaskStatusLiteral = Literal["pending", "in_progress", "completed", "deleted"]
-WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+def _write_scope_checked(scope: str) -> str:
+    """A write scope is a relative POSIX path inside the workspace (globs allowed)."""
+    if scope.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", scope):
+        raise ValueError(f"{scope!r} is absolute; a write scope is a path relative to the workspace, like 'src/api'")
+    if "\\" in scope:
+        raise ValueError(f"{scope!r} uses '\\'; separate path segments with '/'")
+    segments = scope.split("/")
+    if any(s in ("", ".", "..") for s in segments):
+        raise ValueError(
+            f"{scope!r} is not a clean relative path: no empty, '.' or '..' segments (write 'a/b', not 'a//b', "
+            "'./a' or 'a/../b')"
+        )
+    return scope
+
+
+def _no_duplicates(values: list[str]) -> list[str]:
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(map(repr, twice))} is listed more than once")
+    return values
+
+
+WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_write_scope_checked)]
+WriteScopes = Annotated[list[WriteScope], Field(max_length=64), AfterValidator(_no_duplicates)]
+TaskIds = Annotated[list[TaskId], Field(max_length=256), AfterValidator(_no_duplicates)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+Subject = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(_not_blank), Field(description="not blank")
+]
+TaskDescription = Annotated[
+    str, StringConstraints(min_length=1, max_length=65536), AfterValidator(_not_blank), Field(description="not blank")
+]
 # 1-128 printable ASCII characters; scoped to the calling member and the tool.
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x20-\x7e]+$")]
 MessageId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
@@ -49,13 +91,22 @@ class TaskOut(BaseModel):
     blocked_by: list[str]
     write_scopes: list[str]
     ready: bool
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="e.g. a write scope that overlaps another open task's; informative, nothing is refused",
+    )
 
 
 # --- spawn_teammate ----------------------------------------------------------
 class SpawnTeammateArgs(Args):
     name: MemberName = Field(description="lower-kebab-case, unique in the team, never reused")
-    description: Annotated[str, StringConstraints(max_length=2000)]
-    prompt: Annotated[str, StringConstraints(max_length=65536)]
+    description: Annotated[str, StringConstraints(min_length=1, max_length=2000), AfterValidator(_not_blank)] = Field(
+        description="what the teammate is for; not blank"
+    )
+    prompt: Annotated[str, StringConstraints(max_length=65536)] = Field(
+        description="the teammate's first turn, delivered to it as a message from the Lead once its session "
+        "starts; blank: no first turn (it waits for messages)"
+    )
     context: Literal["fresh", "fork"] = "fresh"
 
 
@@ -125,10 +176,10 @@ class InterruptAgentResult(Result):
 
 # --- team_task_create --------------------------------------------------------
 class TaskCreateArgs(Args):
-    subject: Annotated[str, StringConstraints(min_length=1, max_length=500)]
-    description: Annotated[str, StringConstraints(max_length=65536)]
-    blocked_by: list[TaskId] = Field(default_factory=list, max_length=256)
-    write_scopes: list[WriteScope] = Field(default_factory=list, max_length=64)
+    subject: Subject
+    description: TaskDescription
+    blocked_by: TaskIds = Field(default_factory=list)
+    write_scopes: WriteScopes = Field(default_factory=list)
     idempotency_key: IdempotencyKey | None = Field(default=None, description=IDEMPOTENCY_KEY_HELP)
 
 
@@ -167,8 +218,8 @@ class TaskUpdateArgs(Args):
     task_id: TaskId
     expected_revision: Annotated[int, Field(ge=1)]
     action: TaskAction
-    subject: Annotated[str, StringConstraints(min_length=1, max_length=500)] | None = None
-    description: Annotated[str, StringConstraints(max_length=65536)] | None = None
-    blocked_by: list[TaskId] | None = Field(default=None, max_length=256)
-    write_scopes: list[WriteScope] | None = Field(default=None, max_length=64)
+    subject: Subject | None = None
+    description: TaskDescription | None = None
+    blocked_by: TaskIds | None = None
+    write_scopes: WriteScopes | None = None
     owner: MemberName | None = None

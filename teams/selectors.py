@@ -66,7 +66,52 @@ def tasks_with_ready(qs: QuerySet[Task]) -> QuerySet[Task]:
     return qs.select_related("owner").prefetch_related("blocked_by").annotate(has_open_blocker=Exists(_blocker_open()))
 
 
-def task_out(task: Task) -> dict:
+_OPEN = (TaskStatus.PENDING, TaskStatus.IN_PROGRESS)
+
+
+def _scope_prefix(scope: str) -> list[str]:
+    """A write scope's literal segments, up to its first glob."""
+    segments = []
+    for segment in scope.split("/"):
+        if any(c in segment for c in "*?["):
+            break
+        segments.append(segment)
+    return segments
+
+
+def _scopes_overlap(a: str, b: str) -> bool:
+    pa, pb = _scope_prefix(a), _scope_prefix(b)
+    n = min(len(pa), len(pb))
+    return pa[:n] == pb[:n]
+
+
+def tasks_out(tasks: list[Task], *, team_id: int) -> list[dict]:
+    """The tasks as the tools show them, each open one warned of write scopes that
+    overlap another open task's (one query for the board's open scopes)."""
+    scoped = [t for t in tasks if t.status in _OPEN and t.write_scopes]
+    board = []
+    if scoped:
+        board = list(
+            Task.objects.filter(team_id=team_id, status__in=_OPEN)
+            .exclude(write_scopes=[])
+            .values_list("number", "write_scopes")
+        )
+    out = []
+    for task in tasks:
+        warnings = []
+        if task in scoped:
+            for number, scopes in board:
+                if number == task.number:
+                    continue
+                for mine in task.write_scopes:
+                    theirs = next((s for s in scopes if _scopes_overlap(mine, s)), None)
+                    if theirs is not None:
+                        warnings.append(f"write scope {mine!r} overlaps task-{number}'s {theirs!r}")
+        out.append(task_out(task, warnings=warnings))
+    return out
+
+
+def task_out(task: Task, *, warnings: list[str] | None = None) -> dict:
     has_open = getattr(task, "has_open_blocker", None)
     blockers = list(task.blocked_by.all())
     if has_open is None:
@@ -81,6 +126,7 @@ def task_out(task: Task) -> dict:
         "blocked_by": [b.public_id for b in sorted(blockers, key=lambda b: b.number)],
         "write_scopes": list(task.write_scopes),
         "ready": task.status == TaskStatus.PENDING and not has_open,
+        "warnings": warnings or [],
     }
 
 

@@ -67,6 +67,8 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
         raise TeamError(ErrorCode.LEAD_ONLY, "Only the Lead can spawn teammates.")
     if not re.fullmatch(MEMBER_NAME_RE, name):
         raise TeamError(ErrorCode.VALIDATION_ERROR, "A member name is lower-kebab-case, e.g. 'researcher-2'.")
+    if not description.strip():
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "description: say what the teammate is for (it cannot be blank).")
     with transaction.atomic():
         team = Team.objects.select_for_update(no_key=True).get(pk=lead.team_id)
         if Member.objects.filter(team=team, name=name).exists():
@@ -121,10 +123,11 @@ def member_session_end(*, member_id: int, channel: str) -> Member | None:
 
 
 def member_fail(*, member_id: int) -> Member:
-    """The host could not start the member's session."""
+    """The host could not start the member's session. Only provisioning can fail: a
+    teammate that has run before stays inactive (its next message asks again)."""
     with transaction.atomic():
         member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
-        if member.phase != Phase.RETIRED and member.session_state == SessionState.INACTIVE:
+        if member.phase == Phase.PROVISIONING and member.session_state == SessionState.INACTIVE:
             member.phase = Phase.FAILED
             member.status_changed_at = timezone.now()
             member.save(update_fields=["phase", "status_changed_at"])
@@ -133,7 +136,12 @@ def member_fail(*, member_id: int) -> Member:
 
 # --- the task board -------------------------------------------------------------
 def _task_numbers(ids: Iterable[str]) -> list[int]:
-    return sorted({int(i.removeprefix("task-")) for i in ids})
+    numbers = [int(i.removeprefix("task-")) for i in ids]
+    twice = sorted({n for n in numbers if numbers.count(n) > 1})
+    if twice:
+        names = ", ".join(f"task-{n}" for n in twice)
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"blocked_by: {names} is listed more than once.")
+    return sorted(numbers)
 
 
 def _tasks_resolve(*, team: Team, ids: Iterable[str]) -> list[Task]:
@@ -193,6 +201,10 @@ def _depends_on(*, start: set[int], target: int) -> bool:
     return False
 
 
+def _blockers_open(task: Task) -> bool:
+    return task.blocked_by.exclude(status__in=[TaskStatus.COMPLETED, TaskStatus.DELETED]).exists()
+
+
 def _refuse(action: str, why: str) -> TeamError:
     return TeamError(ErrorCode.TASK_INVALID_ACTION, f"Cannot {action} this task: {why}")
 
@@ -222,12 +234,15 @@ def task_update(
         if task.status == TaskStatus.DELETED:
             raise _refuse(action, "it was deleted.")
 
+        if action in ("edit", "set_dependencies") and task.owner_id and not (is_owner or member.is_lead):
+            raise _refuse(action, f"it is owned by {task.owner.name}; only its owner or the Lead can change it.")
+
         if action == "claim":
             if task.status != TaskStatus.PENDING:
                 raise _refuse(action, f"it is {task.status}, only a pending task can be claimed.")
             if task.owner_id not in (None, member.id):
                 raise _refuse(action, f"it is assigned to {task.owner.name}.")
-            if task.blocked_by.exclude(status=TaskStatus.COMPLETED).exclude(status=TaskStatus.DELETED).exists():
+            if _blockers_open(task):
                 raise _refuse(action, "some of its blockers are not completed yet.")
             task.owner = member
             task.status = TaskStatus.IN_PROGRESS
@@ -274,15 +289,31 @@ def task_update(
                 task.owner = None
                 task.status = TaskStatus.PENDING
             else:
+                if _blockers_open(task):
+                    raise _refuse(action, "some of its blockers are not completed yet.")
                 new_owner = Member.objects.filter(team_id=member.team_id, name=owner).first()
                 if new_owner is None:
                     raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {owner!r} on this team.")
                 if new_owner.phase == Phase.RETIRED:
                     raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{owner} is retired and cannot own tasks.")
+                # Handed over as it is: an in-progress task stays in progress for its new owner.
                 task.owner = new_owner
         elif action == "delete":
             if not (member.is_lead or is_owner or task.created_by_id == member.id):
                 raise _refuse(action, "only its creator, its owner or the Lead can delete it.")
+            waiting = sorted(
+                task.blocks.exclude(status__in=[TaskStatus.COMPLETED, TaskStatus.DELETED]).values_list(
+                    "number", flat=True
+                )
+            )
+            if waiting and task.status != TaskStatus.COMPLETED:
+                names = [f"task-{n}" for n in waiting]
+                raise TeamError(
+                    ErrorCode.TASK_HAS_DEPENDANTS,
+                    f"Cannot delete {task_id}: {', '.join(names)} wait on it. Complete it, or change their "
+                    "dependencies (set_dependencies) first.",
+                    dependants=names,
+                )
             task.status = TaskStatus.DELETED
             # Deleted tasks stay as tombstones but leave the dependency graph.
             dependants = list(task.blocks.all())

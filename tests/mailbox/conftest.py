@@ -14,4 +14,4 @@ async def api():
 @pytest.fixture(autouse=True)
 def _steerboard_timings(settings):
     # Tests drive recovery explicitly; no background sweeper races them.
-    settings.STEERBOARD = {**settings.STEERBOARD, "SWEEP_INTERVAL": 0, "WAIT_POLL_INTERVAL": 0.05}
+    settings.STEERBOARD = {**settings.STEERBOARD, "SWEEP_INTERVAL": 0, "WAIT_RECHECK_INTERVAL": 5.0}

@@ -109,8 +109,9 @@ def token_for(team: str, member: str) -> str:
     return member_token_create(member=Member.objects.get(team__name=team, name=member))
 
 
-async def spawn(api: Api, lead_token: str, team: str, name: str) -> str:
-    await api.ok(lead_token, "spawn_teammate", name=name, description=f"the {name}", prompt="work")
+async def spawn(api: Api, lead_token: str, team: str, name: str, prompt: str = "") -> str:
+    """Spawn a teammate; without a prompt it has no first turn (its inbox starts empty)."""
+    await api.ok(lead_token, "spawn_teammate", name=name, description=f"the {name}", prompt=prompt)
     return await token_for(team, name)
 
 

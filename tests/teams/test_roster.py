@@ -37,31 +37,31 @@ def test_team_names_are_unique_and_well_formed():
 
 def test_member_names_are_kebab_case_unique_and_the_roster_is_bounded(settings):
     _, lead, _, _ = team_create(name="alpha")
-    member = member_spawn(lead=lead, name="researcher-2", description="", prompt="")
+    member = member_spawn(lead=lead, name="researcher-2", description="a teammate", prompt="")
     assert member.status == "provisioning"
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=lead, name="researcher-2", description="", prompt="")
+        member_spawn(lead=lead, name="researcher-2", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.TEAM_NAME_TAKEN
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=lead, name="Researcher", description="", prompt="")
+        member_spawn(lead=lead, name="Researcher", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.VALIDATION_ERROR
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=member, name="helper", description="", prompt="")
+        member_spawn(lead=member, name="helper", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.LEAD_ONLY
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_MEMBERS_PER_TEAM": 3}
-    member_spawn(lead=lead, name="third", description="", prompt="")
+    member_spawn(lead=lead, name="third", description="a teammate", prompt="")
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=lead, name="fourth", description="", prompt="")
+        member_spawn(lead=lead, name="fourth", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.TEAM_ROSTER_FULL
     assert Member.objects.count() == 3
 
 
 def test_retired_names_are_never_reused():
     _, lead, _, _ = team_create(name="alpha")
-    member = member_spawn(lead=lead, name="old", description="", prompt="")
+    member = member_spawn(lead=lead, name="old", description="a teammate", prompt="")
     Member.objects.filter(pk=member.pk).update(phase="retired")
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=lead, name="old", description="", prompt="")
+        member_spawn(lead=lead, name="old", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.TEAM_NAME_TAKEN
 
 

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def board():
     team, lead, _, _ = team_create(name="board")
-    impl = member_spawn(lead=lead, name="implementer", description="", prompt="")
-    research = member_spawn(lead=lead, name="researcher", description="", prompt="")
+    impl = member_spawn(lead=lead, name="implementer", description="a teammate", prompt="")
+    research = member_spawn(lead=lead, name="researcher", description="a teammate", prompt="")
     return lead, impl, research
 
 
@@ -51,6 +51,7 @@ def test_tasks_are_numbered_per_team_and_start_pending_and_ready(board):
         "blocked_by": [],
         "write_scopes": [],
         "ready": True,
+        "warnings": [],
     }
 
 
@@ -126,11 +127,16 @@ def test_reassign_is_for_the_lead_only(board):
     refused(ErrorCode.TEAM_UNKNOWN_TARGET, act, lead, task, "reassign", owner="nobody")
 
 
-def test_delete_leaves_a_tombstone_and_frees_its_dependants(board):
+def test_delete_leaves_a_tombstone_and_refuses_a_live_blocker(board):
     lead, impl, research = board
     one = new(research)
     two = new(impl, blocked_by=["task-1"])
     refused(ErrorCode.TASK_INVALID_ACTION, act, impl, one, "delete")
+    # A blocker with open dependants is not deleted: that would silently unblock them.
+    error = refused(ErrorCode.TASK_HAS_DEPENDANTS, act, lead, one, "delete")
+    assert error.extra == {"dependants": ["task-2"]}
+    assert view(lead, two)["blocked_by"] == ["task-1"] and view(lead, two)["ready"] is False
+    act(impl, two, "set_dependencies", blocked_by=[])
     gone = act(lead, one, "delete")
     assert gone.status == "deleted"
     assert view(lead, one)["status"] == "deleted"  # still readable: a tombstone

@@ -1,0 +1,246 @@
+"""Team semantics the seed pins down (issue 18), over the real ASGI app: the spawn
+prompt as the teammate's first turn, wait_agent on task changes, failed members."""
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from channels.db import database_sync_to_async
+
+from mailbox import tools
+from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from teams.models import Member
+from tests.support.inproc import Agent, spawn, team_new
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@database_sync_to_async
+def inbox_of(name: str) -> list[tuple]:
+    return list(
+        TeamMessage.objects.filter(target__name=name).order_by("seq").values_list("seq", "kind", "state", "content")
+    )
+
+
+@database_sync_to_async
+def phase_of(name: str) -> str:
+    return Member.objects.get(name=name).phase
+
+
+# --- 1. the spawn prompt -------------------------------------------------------------------------
+async def test_the_spawn_prompt_is_the_teammates_first_turn_delivered_once(api):
+    team = await team_new()
+    await api.ok(team["lead"], "spawn_teammate", name="researcher", description="researches", prompt="Find X.")
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    start = await host.expect("start")
+    assert (start["member"], start["reason"]) == ("researcher", "provision")
+
+    session = Agent(start["token"])
+    welcome = await session.connect("idle")
+    assert welcome["replay"] == 1
+    steer = (await session.expect("steer"))["message"]
+    assert (steer["sender"], steer["content"], steer["seq"], steer["kind"]) == ("lead", "Find X.", 1, "spawn_prompt")
+    await session.status("running")
+    await session.integrate(steer)
+    await session.status("idle")
+    assert await inbox_of("researcher") == [(1, "spawn_prompt", "delivered", "Find X.")]
+    history = await database_sync_to_async(
+        lambda: list(HistoryEntry.objects.filter(member__name="researcher").values_list("kind", "message_id"))
+    )()
+    assert history == [("user_message", steer["id"])]  # in its timeline, as a message from the Lead
+    await session.close()
+
+    # A resume never repeats it.
+    sent = await api.ok(team["lead"], "send_message", target="researcher", message="next")
+    resume = await host.expect("start")
+    assert resume["reason"] == "resume"
+    resumed = Agent(resume["token"])
+    assert (await resumed.connect("idle"))["replay"] == 1
+    again = (await resumed.expect("steer"))["message"]
+    assert again["id"] == sent["message_id"] and again["kind"] == "message"
+    assert await resumed.nothing("steer")
+    await resumed.close()
+    await host.close()
+
+
+async def test_the_spawn_prompt_survives_a_host_that_dies_before_the_start(api):
+    team = await team_new()
+    dying = Agent(team["host"], path="/ws/host/")
+    await dying.connect(status=None)
+    await api.ok(team["lead"], "spawn_teammate", name="researcher", description="researches", prompt="Find X.")
+    assert (await dying.expect("start"))["member"] == "researcher"
+    await dying.close()  # gone before it started anyone
+
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    start = await host.expect("start")
+    assert (start["member"], start["reason"]) == ("researcher", "provision")
+    session = Agent(start["token"])
+    await session.connect("idle")
+    steer = (await session.expect("steer"))["message"]
+    assert steer["content"] == "Find X." and steer["kind"] == "spawn_prompt"
+    await session.integrate(steer)
+    assert await inbox_of("researcher") == [(1, "spawn_prompt", "delivered", "Find X.")]
+    await session.close()
+    await host.close()
+
+
+async def test_a_blank_spawn_prompt_is_no_first_turn_and_a_huge_one_is_refused(api, settings):
+    team = await team_new()
+    await api.ok(team["lead"], "spawn_teammate", name="quiet", description="waits", prompt="  ")
+    assert await inbox_of("quiet") == []
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_MESSAGE_BYTES": 100}
+    response = await api.tool(team["lead"], "spawn_teammate", name="loud", description="d", prompt="é" * 60)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "TEAM_MESSAGE_TOO_LARGE"
+    assert not await database_sync_to_async(Member.objects.filter(name="loud").exists)()  # nothing half-made
+
+
+# --- 2. wait_agent wakes on the task board, by doorbell, capped ----------------------------------
+@pytest.fixture
+def no_recheck(settings):
+    """Only a doorbell can wake a wait within the test's bounds."""
+    settings.STEERBOARD = {**settings.STEERBOARD, "WAIT_RECHECK_INTERVAL": 60.0}
+
+
+async def _running_teammate(api, team):
+    token = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(token)
+    await agent.connect("running")
+    return token, agent
+
+
+@pytest.mark.parametrize("by", ["teammate", "lead"])
+async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, by):
+    team = await team_new()
+    impl, agent = await _running_teammate(api, team)
+    task = (await api.ok(impl, "team_task_create", subject="s", description="d"))["task"]
+    await api.ok(impl, "team_task_update", task_id=task["id"], expected_revision=1, action="claim")
+    waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    if by == "teammate":
+        await api.ok(impl, "team_task_update", task_id=task["id"], expected_revision=2, action="complete")
+    else:
+        await api.ok(team["lead"], "team_task_create", subject="more", description="d")
+    assert await asyncio.wait_for(waiting, 3) == {"timed_out": False, "no_progress": None}
+    await agent.close()
+
+
+async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_recheck, monkeypatch):
+    team = await team_new()
+    _, agent = await _running_teammate(api, team)
+    reads = []
+    real = tools._wait_snapshot
+    monkeypatch.setattr(tools, "_wait_snapshot", lambda member: reads.append(1) or real(member))
+    waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
+    await asyncio.sleep(0.5)  # its first reads, and a read for each doorbell still ringing
+    settled = len(reads)
+    await asyncio.sleep(1.5)  # a quiet team: no doorbell, no read (the old poll read every 0.2 s)
+    assert not waiting.done()
+    assert len(reads) == settled
+    await agent.status("idle")
+    assert await asyncio.wait_for(waiting, 3) == {"timed_out": False, "no_progress": None}
+    await agent.close()
+
+
+async def test_concurrent_waits_are_capped_per_member(api, no_recheck, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_WAITS_PER_MEMBER": 2}
+    team = await team_new()
+    impl, agent = await _running_teammate(api, team)
+    waits = [asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000)) for _ in range(2)]
+    await asyncio.sleep(0.3)
+    third = await api.tool(team["lead"], "wait_agent", timeout_ms=30_000)
+    assert third.status_code == 429
+    assert third.json()["error"]["code"] == "TOO_MANY_WAITS" and third.json()["limit"] == 2
+    # Another member's waits are its own (this one has nobody active to wait for: it answers at once).
+    other = await api.ok(impl, "wait_agent", timeout_ms=30_000)
+    assert other == {"timed_out": False, "no_progress": {"reason": "no-active-peer"}}
+    await api.ok(team["lead"], "spawn_teammate", name="researcher", description="r", prompt="")
+    for wait in waits:
+        assert (await asyncio.wait_for(wait, 3))["timed_out"] is False
+    # Returned waits free their places.
+    freed = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=10_000))
+    await asyncio.sleep(0.3)
+    await api.ok(team["lead"], "spawn_teammate", name="again", description="r", prompt="")
+    assert (await asyncio.wait_for(freed, 3))["timed_out"] is False
+    await agent.close()
+
+
+# --- 7. failed members ---------------------------------------------------------------------------
+async def test_a_failed_member_takes_no_message_and_nothing_is_stored(api):
+    team = await team_new()
+    await api.ok(team["lead"], "spawn_teammate", name="broken", description="never starts", prompt="")
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    await host.expect("start")
+    await host.send({"type": "start_failed", "member": "broken", "error": "no such image"})
+    await asyncio.sleep(0.2)
+    assert await phase_of("broken") == "failed"
+    for key in (None, "k-1"):  # the hot path and the keyed path answer alike
+        args = {"target": "broken", "message": "hello?"} | ({"idempotency_key": key} if key else {})
+        response = await api.tool(team["lead"], "send_message", **args)
+        assert response.status_code == 409, response.text
+        body = response.json()
+        assert body["error"]["code"] == "TEAM_TARGET_FAILED" and body["persisted"] is False
+    assert await inbox_of("broken") == []
+    await host.close()
+
+
+async def test_a_teammate_that_has_run_stays_inactive_when_a_resume_fails(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    first = Agent(impl)
+    await first.connect("idle")
+    await first.close()
+    host = Agent(team["host"], path="/ws/host/")
+    await host.connect(status=None)
+    await api.ok(team["lead"], "send_message", target="implementer", message="wake up")
+    assert (await host.expect("start"))["reason"] == "resume"
+    await host.send({"type": "start_failed", "member": "implementer", "error": "disk full"})
+    await asyncio.sleep(0.2)
+    assert await phase_of("implementer") == "active"
+    roster = await api.ok(team["lead"], "list_agents")
+    assert {a["name"]: a["status"] for a in roster["agents"]}["implementer"] == "inactive"
+    # Still reachable: a message is stored for recovery.
+    assert (await api.ok(team["lead"], "send_message", target="implementer", message="again"))["status"] in (
+        "accepted",
+        "queued",
+    )
+    failed = await database_sync_to_async(
+        lambda: LeadLogRecord.objects.filter(data__start_failed="disk full").count()
+    )()
+    assert failed == 1
+    await host.close()
+
+
+# --- 8. the roster bound and the limits' validation ----------------------------------------------
+async def test_the_roster_holds_eight_members_by_default(api):
+    team = await team_new()
+    for i in range(7):
+        await api.ok(team["lead"], "spawn_teammate", name=f"m-{i}", description="d", prompt="")
+    ninth = await api.tool(team["lead"], "spawn_teammate", name="m-7", description="d", prompt="")
+    assert ninth.status_code == 409 and ninth.json()["error"]["code"] == "TEAM_ROSTER_FULL"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "eight"])
+def test_a_limit_that_is_not_a_positive_integer_stops_the_server_at_start_up(value):
+    env = {**os.environ, "STEERBOARD_MAX_MEMBERS_PER_TEAM": value, "DEBUG": "1"}
+    run = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode != 0
+    assert f"STEERBOARD_MAX_MEMBERS_PER_TEAM must be a positive integer (like 8), not {value!r}" in run.stderr
+
+
+def test_a_positive_limit_is_taken():
+    env = {**os.environ, "STEERBOARD_MAX_MEMBERS_PER_TEAM": "12", "DEBUG": "1"}
+    code = "import django; django.setup(); from django.conf import settings; print(settings.STEERBOARD['MAX_MEMBERS_PER_TEAM'])"
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.stdout.strip() == "12", run.stderr
