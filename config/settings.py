@@ -166,7 +166,9 @@ if REDIS_URL:
             # receive costs each process four serial Redis round trips per message
             # (BZPOPMIN with a backup queue): under load the steers queued there for
             # seconds (docs/performance.md, "Doorbells through Redis").
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # channels_redis's pub/sub layer with a receive loop that survives a Redis
+            # restart and resubscribes at once (mailbox/layers.py).
+            "BACKEND": "mailbox.layers.RedisPubSubLayer",
             "CONFIG": {
                 # A publish runs inside admission, under the target's row lock: one that
                 # hangs fails after 5 s, and the messages stay queued for recovery.
