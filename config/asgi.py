@@ -1,7 +1,9 @@
 """ASGI entry point: HTTP goes to Django (and /mcp to the MCP endpoint), websockets to the Channels consumers."""
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
@@ -71,6 +73,70 @@ class AgentApiHandler(ASGIHandler):
 AGENT_API_PREFIXES = ("/api/v1/tools", "/api/v1/inbox", "/api/v1/session/")
 django_app = RequestThreads(django_asgi_app)
 agent_api_app = RequestThreads(AgentApiHandler())
+# Paths whose every request with a body must carry a member's bearer token.
+MEMBER_BODY_PREFIXES = (*AGENT_API_PREFIXES, "/mcp")
+
+
+def _header(scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value
+    return None
+
+
+async def _refuse(send, status: int, body: dict, *extra: tuple[bytes, bytes]) -> None:
+    payload = json.dumps(body).encode()
+    headers = [
+        *extra,
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        # The body is not read: the connection is not reused for another request.
+        (b"connection", b"close"),
+        *tool_calls._security_headers(),  # the headers Django's middleware would add
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def body_limits(app):
+    """Refuse a request on its headers, before the application reads its body
+    (docs/deployment.md, "Slow and huge clients"): a body for the agents' API or /mcp
+    without a valid member token answers 401 ``UNAUTHENTICATED`` (the token lookup is
+    the cached one, mailbox/auth.py); a ``Content-Length`` over DATA_UPLOAD_MAX_MEMORY_SIZE
+    answers 413 ``TEAM_MESSAGE_TOO_LARGE`` (as the endpoints answer a body that turns out
+    larger); a malformed ``Content-Length`` answers 400 ``VALIDATION_ERROR``."""
+    from mailbox.api.errors import too_large_body
+    from mailbox.auth import member_of_request
+
+    async def limited(scope, receive, send):
+        length = _header(scope, b"content-length")
+        size = 0
+        if length is not None:
+            try:
+                size = int(length)
+                if size < 0:
+                    raise ValueError
+            except ValueError:
+                await _refuse(send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "Content-Length is not a number."}})
+                return
+        path = scope.get("path", "")
+        has_body = size > 0 or _header(scope, b"transfer-encoding") is not None
+        if has_body and path.startswith(MEMBER_BODY_PREFIXES):
+            if await member_of_request(scope.get("headers", ())) is None:
+                message = "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
+                body = {"error": {"code": "UNAUTHENTICATED", "message": message}}
+                await _refuse(send, 401, body, (b"www-authenticate", b'Bearer realm="steerboard"'))
+                return
+        if size > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            if path == "/api/v1/tools/send_message":  # as the tool answers it: nothing was stored
+                body = {"error": {"code": "TEAM_MESSAGE_TOO_LARGE", "message": "The request body is too large."}, "persisted": False}
+            else:
+                body = too_large_body()
+            await _refuse(send, 413, body)
+            return
+        await app(scope, receive, send)
+
+    return limited
 
 
 async def http_app(scope, receive, send):
@@ -89,7 +155,7 @@ async def http_app(scope, receive, send):
 
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
+        "http": body_limits(http_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

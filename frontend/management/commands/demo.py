@@ -84,7 +84,11 @@ class Command(BaseCommand):
         server = f"http://127.0.0.1:{port}"
         logs = Path(settings.VAR_DIR) / "demo-logs"
         logs.mkdir(parents=True, exist_ok=True)
-        self._spawn("daphne", [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), "config.asgi:application"], logs)
+        # Daphne's own timeouts as docs/deployment.md ("Slow and huge clients") sets them.
+        timeouts = ["--http-timeout", "3700", "--ping-interval", "20", "--ping-timeout", "30"]
+        self._spawn(
+            "daphne", [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), *timeouts, "config.asgi:application"], logs
+        )
         self._wait_ready(server, timeout=60)
         agents = [sys.executable, "-m", "agents"]
         self._spawn("host", [*agents, "host", "--server", server, "--token", host_token, "--model", "keyless"], logs)
