@@ -118,13 +118,15 @@ def json_parse(raw: bytes | str) -> tuple[Any, bool]:
 
 
 EntryId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# A team message's or a human prompt's id, as the history stores it (64 characters).
+RecordId = Annotated[str, StringConstraints(max_length=64)]
 
 
 class Source(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: str
-    message_id: str | None = None
-    prompt_id: str | None = None
+    message_id: RecordId | None = None
+    prompt_id: RecordId | None = None
 
 
 class Entry(BaseModel):
@@ -134,7 +136,7 @@ class Entry(BaseModel):
     id: EntryId
     kind: Literal["user_message", "prompt", "assistant_text", "tool_call", "tool_result", "turn_start", "turn_end"]
     source: Source | None = None
-    prompt_id: str | None = None
+    prompt_id: RecordId | None = None
 
     @model_validator(mode="after")
     def _team_message_has_id(self) -> "Entry":

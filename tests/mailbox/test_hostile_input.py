@@ -38,6 +38,11 @@ AGENT_TRIGGERS = [
     ("NUL in entry.id", '{"type": "entry", "entry": {"id": "e\\u0000", "kind": "assistant_text"}}', "entry.id"),
     ("NUL in entry text", '{"type": "entry", "entry": {"id": "t1", "kind": "assistant_text", "text": "a\\u0000b"}}',
      "entry.text"),
+    ("source.message_id longer than its column",
+     '{"type": "entry", "entry": {"id": "m2", "kind": "user_message", "text": "hi", '
+     '"source": {"kind": "team-message", "message_id": "' + "m" * 65 + '"}}}', "entry.source.message_id"),
+    ("prompt_id longer than its column",
+     '{"type": "entry", "entry": {"id": "p2", "kind": "prompt", "prompt_id": "' + "p" * 65 + '"}}', "entry.prompt_id"),
     ("integer past 64 bits", '{"type": "entry", "entry": {"id": "n1", "kind": "turn_start", "step": '
      + "9" * 30 + "}}", None),
 ]
@@ -75,6 +80,15 @@ async def until(predicate, what: str, timeout: float = 5) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+async def crashed(agent: Agent) -> bool:
+    """The application ended with the injected exception (it did not close the socket itself)."""
+    future = agent.comm.future
+    if not future.done():
+        return False
+    assert isinstance(future.exception(), RuntimeError), future.exception()
+    return True
 
 
 async def raw_frame(agent: Agent, text: str) -> None:
@@ -169,8 +183,7 @@ async def test_a_consumer_that_crashes_anyway_still_ends_its_session(api, monkey
     monkeypatch.setattr(consumers.AgentConsumer, "session_interrupt", broken)
     channel = await database_sync_to_async(lambda: Member.objects.get(name="impl").session_channel)()
     await get_channel_layer().send(channel, {"type": "session.interrupt"})  # through Channels' own dispatch
-    with pytest.raises(RuntimeError):
-        await agent.comm.receive_output(timeout=5)
+    await until(lambda: crashed(agent), "the consumer to crash")
     await until(lambda: _is(status_of("impl"), "inactive"), "the crashed session to end")
     assert (await roster(api, team["lead"]))["impl"] == "inactive"
 
@@ -185,10 +198,11 @@ async def test_a_host_whose_consumer_crashes_leaves_no_presence(api, monkeypatch
     async def broken(self, event):
         raise RuntimeError("injected: the host socket dies in a handler")
 
+    await host.expect("start")  # the host that connects is asked to provision impl
     monkeypatch.setattr(consumers.HostConsumer, "host_start", broken)
-    await api.ok(team["lead"], "send_message", target="impl", message="start impl")  # asks the host to start it
-    with pytest.raises(RuntimeError):
-        await host.comm.receive_output(timeout=5)
+    channel = await database_sync_to_async(lambda: HostPresence.objects.values_list("channel", flat=True).get())()
+    await get_channel_layer().send(channel, {"type": "host.start", "member": "impl", "token": "t", "reason": "resume"})
+    await until(lambda: crashed(host), "the consumer to crash")
     await until(lambda: _is(host_rows(), 0), "the crashed host's presence to go")
     sent = await api.ok(team["lead"], "send_message", target="impl", message="no host now")
     assert sent["delivery"]["host_connected"] is False

@@ -1,0 +1,308 @@
+"""The bad-input table (issue 12, item 7): one generator of hostile values, run through
+every field of every REST tool (the fields are read from ``GET /api/v1/tools``, so a
+new field is covered without editing this file), the same calls as websocket ``tool``
+frames and over MCP, every field of the agent's and the host's websocket frames, and
+the polling-session and operator bodies, against a real daphne process.
+
+Asserted for every case: no 5xx, a 4xx is the JSON error shape with a code, no
+websocket closed with 1011 (each frame is followed by a probe that must be answered),
+no traceback in the server's log; and afterwards the roster and the host's presence
+are right. Nothing a case stores is checked here (test_hostile_input.py does that).
+"""
+import asyncio
+import itertools
+import json
+import re
+
+import httpx
+import pytest
+import websockets
+
+pytestmark = pytest.mark.e2e
+
+
+def hostile_values() -> list[tuple[str, str]]:
+    """(label, raw JSON text) of every hostile value; raw text, so that what json.dumps
+    cannot write (NaN, nesting past its recursion limit, lone surrogates) is sent too."""
+    values = [
+        ("nested arrays 1000", "[" * 1000 + "]" * 1000),
+        ("nested objects 300", '{"a": ' * 300 + "1" + "}" * 300),
+        ("nested 65", "[" * 65 + "]" * 65),
+        ("nested 64", "[" * 63 + "]" * 63),
+        ("lone high surrogate", '"\\ud800"'),
+        ("lone low surrogate inside", '"ab\\udfffcd"'),
+        ("reversed pair", '"\\ude00\\ud83d"'),
+        ("NUL", '"\\u0000"'),
+        ("NUL inside", '"impl\\u0000x"'),
+        ("control characters", '"\\u0001\\u001f\\u007f"'),
+        ("2^63", str(2**63)),
+        ("-2^63-1", str(-(2**63) - 1)),
+        ("2^63-1", str(2**63 - 1)),
+        ("400 digits", "1" + "0" * 400),
+        ("5000 digits", "9" * 5000),
+        ("1e999", "1e999"),
+        ("NaN", "NaN"),
+        ("-Infinity", "-Infinity"),
+        ("-0.0", "-0.0"),
+        ("null", "null"),
+        ("true", "true"),
+        ("zero", "0"),
+        ("negative", "-1"),
+        ("float", "1.5"),
+        ("empty string", '""'),
+        ("blank string", '"   "'),
+        ("empty list", "[]"),
+        ("list of null", "[null]"),
+        ("object", '{"a": 1}'),
+        ("4-byte emoji", json.dumps("😀🧪𝕏" * 20, ensure_ascii=False)),
+        ("4-byte emoji escaped", json.dumps("😀🧪𝕏" * 20)),
+        ("RTL override", json.dumps("\u202eשלום مرحبا\u202c", ensure_ascii=False)),
+        ("zero-width", json.dumps("\u200b\ufeff\u2060")),
+        ("long ascii 70k", json.dumps("x" * 70_000)),
+        ("long 2-byte 300k", json.dumps("é" * 150_000, ensure_ascii=False)),
+        ("task-like", '"task-99999999999"'),
+        ("name-like", '"fuzzed"'),
+    ]
+    return values
+
+
+VALUES = hostile_values()
+# A valid call of each tool; one field at a time is replaced by each hostile value.
+BASE = {
+    "spawn_teammate": {"name": "fuzzed", "description": "d", "prompt": "p"},
+    "send_message": {"target": "impl", "message": "hi"},
+    "list_agents": {},
+    "wait_agent": {"timeout_ms": 10_000},
+    "interrupt_agent": {"target": "impl"},
+    "team_task_create": {"subject": "s", "description": "d"},
+    "team_task_list": {},
+    "team_task_get": {"task_id": "task-1"},
+    "team_task_update": {"task_id": "task-1", "expected_revision": 1, "action": "claim"},
+}
+
+
+def body_with(base: dict, field: str, raw: str) -> str:
+    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in base.items() if k != field]
+    parts.append(f"{json.dumps(field)}: {raw}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def rest_cases(tools: list[dict]) -> list[tuple[str, str, str]]:
+    """(tool, label, raw body): every field of every tool, an unknown field and the whole body."""
+    cases = []
+    for tool in tools:
+        name = tool["name"]
+        fields = list(tool["input_schema"].get("properties", {})) + ["sender", "\u202eunknown"]
+        for field, (label, raw) in itertools.product(fields, VALUES):
+            if name == "wait_agent" and field == "sender":
+                continue  # refused before it could wait; "unknown" covers the extra field
+            cases.append((name, f"{field}={label}", body_with(BASE[name], field, raw)))
+        for label, raw in VALUES:
+            cases.append((name, f"body={label}", raw))
+    return cases
+
+
+def ok_4xx(response: httpx.Response, what) -> None:
+    assert response.status_code < 500, (what, response.status_code, response.text[:300])
+    if response.status_code >= 400:
+        assert response.headers["content-type"].startswith("application/json"), (what, response.text[:300])
+        assert response.json()["error"]["code"], what
+
+
+class Socket:
+    """A websocket whose every frame is followed by a probe that must be answered:
+    a socket that died (1011 or any close) fails the case that killed it."""
+
+    def __init__(self, ws, probe: str):
+        self.ws, self.probe, self.n = ws, probe, 0
+
+    async def frame(self, text: str, what, answered: bool = False) -> None:
+        """``answered``: the frame gets an ``ack`` or an ``error`` of its own (an entry), awaited first."""
+        self.n += 1
+        await self.ws.send(text)
+        while answered:
+            frame = await self.next(what)
+            assert not (frame.get("type") == "error" and frame["error"]["code"] == "SERVER_ERROR"), (what, frame)
+            answered = frame.get("type") not in ("ack", "error")
+        await self.ws.send(self.probe.replace("PROBE", f"probe-{self.n}"))
+        while True:
+            frame = await self.next(what)
+            assert not (frame.get("type") == "error" and frame["error"]["code"] == "SERVER_ERROR"), (what, frame)
+            if frame.get("type") == "tool_result" and frame.get("id") == f"probe-{self.n}":
+                return
+
+    async def next(self, what) -> dict:
+        try:
+            return json.loads(await asyncio.wait_for(self.ws.recv(), 20))
+        except websockets.ConnectionClosed as exc:
+            raise AssertionError(f"{what} closed the socket: {exc.rcvd}") from exc
+
+
+async def mcp_call(http: httpx.AsyncClient, url: str, token: str, body: str) -> httpx.Response:
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    return await http.post(url, content=body.encode(), headers=headers)
+
+
+async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_table(live_env, daphne_server):
+    team = live_env.team_create("fuzz")
+    lead = team["lead"]["token"]
+    url = daphne_server.url
+    counts = {}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        spawned = await http.post("/api/v1/tools/spawn_teammate", json={"name": "impl", "description": "d",
+                                  "prompt": "p"}, headers={"Authorization": f"Bearer {lead}"})
+        assert spawned.status_code == 200, spawned.text
+        impl = live_env.manage_json("member_token", "fuzz", "impl")["token"]
+        tools = (await http.get("/api/v1/tools")).json()
+        assert len(tools) == 9
+        cases = rest_cases(tools)
+
+        # REST: every field of every tool.
+        for tool, label, body in cases:
+            response = await http.post(f"/api/v1/tools/{tool}", content=body.encode(),
+                                       headers={"Authorization": f"Bearer {lead}"})
+            ok_4xx(response, (tool, label))
+        counts["rest tools"] = len(cases)
+
+        # MCP: the same calls as tools/call, and hostile values in the JSON-RPC envelope.
+        mcp = 0
+        for tool, label, body in cases:
+            envelope = f'{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": "{tool}", ' \
+                       f'"arguments": {body}}}}}'
+            ok_4xx(await mcp_call(http, url + "/mcp", lead, envelope), ("mcp", tool, label))
+            mcp += 1
+        for (label, raw), field in itertools.product(VALUES, ("id", "method", "params", "name")):
+            if field == "name":
+                envelope = f'{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": {raw}}}}}'
+            else:
+                fields = {"jsonrpc": '"2.0"', "id": "1", "method": '"tools/list"', "params": "{}", field: raw}
+                envelope = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}"
+            ok_4xx(await mcp_call(http, url + "/mcp", lead, envelope), ("mcp envelope", field, label))
+            mcp += 1
+        counts["mcp"] = mcp
+
+        # Polling sessions and operator bodies.
+        entry_base = {"id": "e-fuzz", "kind": "assistant_text", "text": "t"}
+        polled = 0
+        prompt_entry = {"id": "pr", "kind": "prompt", "prompt_id": "p"}
+        message_entry = {"id": "um", "kind": "user_message", "source": {"kind": "team-message", "message_id": "m"}}
+        entry_fields = [(entry_base, f) for f in ["id", "kind", "text", "source", "prompt_id", "x"]]
+        entry_fields += [(prompt_entry, "prompt_id"), (message_entry, "source")]
+        for (base, field), (label, raw) in itertools.product(entry_fields, VALUES):
+            body = '{"entry": ' + body_with(base, field, raw) + "}"
+            response = await http.post("/api/v1/session/entries", content=body.encode(),
+                                       headers={"Authorization": f"Bearer {impl}"})
+            ok_4xx(response, ("entries", field, label))
+            polled += 1
+        op = live_env.operator_create("fuzzer")
+        for field, (label, raw) in itertools.product(["target", "content"], VALUES):
+            body = body_with({"target": "impl", "content": "c"}, field, raw)
+            response = await http.post("/api/v1/teams/fuzz/prompts", content=body.encode(), headers={
+                "Authorization": f"Token {op['token']}", "Content-Type": "application/json"})
+            ok_4xx(response, ("prompts", field, label))
+            polled += 1
+        counts["entries and prompts"] = polled
+
+    ws_url = daphne_server.ws_url
+    probe = '{"type": "tool", "id": "PROBE", "name": "list_agents", "arguments": {}}'
+    frames = 0
+    # The agent's websocket: every field of every frame, and every tool call as a frame.
+    async with websockets.connect(f"{ws_url}/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"},
+                                  max_size=None) as ws:
+        agent = Socket(ws, probe)
+        await agent.frame('{"type": "hello", "status": "idle"}', "hello")
+        for label, raw in VALUES:
+            for text in (raw, body_with({"type": "hello"}, "status", raw), body_with({"type": "status"}, "status", raw),
+                         body_with({}, "type", raw)):
+                await agent.frame(text, ("frame", label))
+                frames += 1
+            for field in ["id", "kind", "text", "source", "prompt_id", "turn_id", "step"]:
+                await agent.frame('{"type": "entry", "entry": ' + body_with(entry_base, field, raw) + "}",
+                                  ("entry", field, label), answered=True)
+                source = body_with({"kind": "team-message", "message_id": "m"}, "message_id" if field == "id" else
+                                   "kind", raw)
+                await agent.frame('{"type": "entry", "entry": {"id": "s", "kind": "user_message", "source": '
+                                  + source + "}}", ("entry.source", field, label), answered=True)
+                frames += 2
+            await agent.frame('{"type": "entry", "entry": {"id": "pr", "kind": "prompt", "prompt_id": ' + raw + "}}",
+                              ("prompt entry", label), answered=True)
+            frames += 1
+            for field in ["id", "name", "arguments"]:
+                await agent.frame(body_with({"type": "tool", "id": "c", "name": "list_agents", "arguments": {}},
+                                            field, raw), ("tool frame", field, label))
+                frames += 1
+        # impl is a teammate: the Lead's calls go over the Lead's socket.
+        async with websockets.connect(f"{ws_url}/ws/agent/", additional_headers={"Authorization": f"Bearer {lead}"},
+                                      max_size=None) as lead_ws:
+            lead_socket = Socket(lead_ws, probe)
+            for n, (tool, label, body) in enumerate(cases):
+                await lead_socket.frame(f'{{"type": "tool", "id": "call-{n}", "name": "{tool}", "arguments": {body}}}',
+                                        ("ws tool", tool, label))
+                frames += 1
+        # The host's websocket: it answers nothing, so its probe is a frame it refuses.
+        async with websockets.connect(f"{ws_url}/ws/host/", additional_headers={
+                "Authorization": f"Bearer {team['host_token']}"}, max_size=None) as host_ws:
+            host = HostSocket(host_ws)
+            for label, raw in VALUES:
+                for text in (raw, body_with({"type": "start_failed", "error": "x"}, "member", raw),
+                             body_with({"type": "start_failed", "member": "impl"}, "error", raw),
+                             body_with({"type": "started"}, "member", raw), body_with({}, "type", raw)):
+                    await host.frame(text, ("host frame", label))
+                    frames += 1
+            async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+                roster = (await http.post("/api/v1/tools/list_agents", json={},
+                                          headers={"Authorization": f"Bearer {lead}"})).json()
+                statuses = {a["name"]: a["status"] for a in roster["agents"]}
+                assert statuses["impl"] in ("idle", "running"), statuses  # its socket is open
+                sent = (await http.post("/api/v1/tools/send_message", json={"target": "impl", "message": "m"},
+                                        headers={"Authorization": f"Bearer {lead}"})).json()
+                assert sent.get("delivery", {}).get("host_connected", True) is True, sent
+    counts["websocket frames"] = frames
+
+    # Afterwards: the sockets are gone and so are the session and the host.
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for _ in range(100):
+            roster = (await http.post("/api/v1/tools/list_agents", json={},
+                                      headers={"Authorization": f"Bearer {lead}"})).json()
+            statuses = {a["name"]: a["status"] for a in roster["agents"]}
+            if statuses["impl"] not in ("idle", "running"):
+                break
+            await asyncio.sleep(0.1)
+        assert statuses["impl"] not in ("idle", "running"), statuses
+        assert live_env.query("SELECT count(*) FROM mailbox_hostpresence") == [(0,)]
+
+    log = daphne_server.log()
+    assert "Traceback" not in log, log[log.find("Traceback") - 500:][:4000]
+    assert not re.findall(r'" 5\d\d ', log), log[-3000:]
+    total = sum(counts.values())
+    print(f"hostile table: {total} cases ({counts}), {len(VALUES)} hostile values")
+    assert total > 5000
+
+
+class HostSocket:
+    """The host socket answers nothing to a valid frame; a refused frame after each
+    case is its probe (an error frame must come back, on an open socket)."""
+
+    PROBE = '{"type": "probe"}'
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    async def frame(self, text: str, what) -> None:
+        await self.ws.send(text)
+        await self.ws.send(self.PROBE)
+        try:
+            while True:
+                frame = json.loads(await asyncio.wait_for(self.ws.recv(), 20))
+                assert frame.get("type") in ("error", "start"), (what, frame)
+                if frame.get("type") == "error":
+                    assert frame["error"]["code"] != "SERVER_ERROR", (what, frame)
+                    if "type" in frame["error"]["message"] and "probe" in frame["error"]["message"]:
+                        return
+        except websockets.ConnectionClosed as exc:
+            raise AssertionError(f"{what} closed the host socket: {exc.rcvd}") from exc
