@@ -105,6 +105,7 @@ def body_limits(app):
     the cached one, mailbox/auth.py); a ``Content-Length`` over DATA_UPLOAD_MAX_MEMORY_SIZE
     answers 413 ``TEAM_MESSAGE_TOO_LARGE`` (as the endpoints answer a body that turns out
     larger); a malformed ``Content-Length`` answers 400 ``VALIDATION_ERROR``."""
+    from mailbox import outage
     from mailbox.api.errors import too_large_body
     from mailbox.auth import member_of_request
 
@@ -122,7 +123,16 @@ def body_limits(app):
         path = scope.get("path", "")
         has_body = size > 0 or _header(scope, b"transfer-encoding") is not None
         if has_body and path.startswith(MEMBER_BODY_PREFIXES):
-            if await member_of_request(scope.get("headers", ())) is None:
+            try:
+                member = await member_of_request(scope.get("headers", ()))
+            except Exception as exc:  # the token's lookup needs the database: out of reach is a 503, not a bug
+                what = outage.noted(exc, "a token lookup")
+                if what is None:
+                    raise
+                retry = (b"retry-after", str(outage.RETRY_AFTER).encode())
+                await _refuse(send, 503, outage.unavailable_body(what), retry)
+                return
+            if member is None:
                 message = "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
                 body = {"error": {"code": "UNAUTHENTICATED", "message": message}}
                 await _refuse(send, 401, body, (b"www-authenticate", b'Bearer realm="steerboard"'))

@@ -2,7 +2,12 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from mailbox import health
+
 urlpatterns = [
+    # For load balancers and orchestrators: unauthenticated, cheap, JSON (docs/deployment.md).
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("mailbox.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

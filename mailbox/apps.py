@@ -11,6 +11,10 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
+        from mailbox import outage
+
+        outage.install_log_filter()  # no traceback per request while the database is away
+
         if settings.STEERBOARD.get("COUNT_SQL"):
             from mailbox import sqlcount
 

@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import delivery, events, sessions, sweeper, tools, wire
+from mailbox import delivery, events, outage, sessions, sweeper, tools, wire
 from mailbox.auth import host_team_from_headers, member_of_request
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # mailbox/presence.py). Not 1012 ("service restart"): the websocket library
 # under daphne lets a server close only with 1000 or 3000-4999.
 CLOSE_RECONNECT = 4012
+# The frame needed the database (or Redis), which the server cannot reach just now:
+# after the SERVICE_UNAVAILABLE error frame, reconnect after a pause and say hello.
+CLOSE_UNAVAILABLE = 4503
 
 
 def _error(code: ErrorCode, message: str) -> dict:
@@ -73,6 +76,7 @@ class _JsonFrames(LeanConsumer):
     handler, a cancelled application), so no session or host outlives it."""
 
     _detached = False
+    _closed_unavailable = False
 
     async def __call__(self, scope, receive, send):
         try:
@@ -125,11 +129,25 @@ class _JsonFrames(LeanConsumer):
                 return
             await self.receive_json(content)
         except Exception as exc:
+            what = outage.noted(exc, "a websocket frame")
+            if what is not None:
+                await self.unavailable(what)
+                return
             # One line, no traceback: a frame the checks above let through made something fail.
             log.warning(
                 "a frame on %s failed: %s: %.200s", type(self).__name__, type(exc).__name__, str(exc)
             )
             await self.send_json(_error(ErrorCode.SERVER_ERROR, "That frame could not be handled; the socket stays open."))
+
+    async def unavailable(self, what: str = "database") -> None:
+        """A frame needed the database (or Redis), out of reach just now: say so with
+        SERVICE_UNAVAILABLE, then close with 4503; the client reconnects after a
+        pause, and its hello (replay, unacknowledged entries sent again) picks up."""
+        if self._closed_unavailable:
+            return
+        self._closed_unavailable = True
+        await self.send_json(outage.unavailable_frame(what))
+        await self.close(code=CLOSE_UNAVAILABLE)
 
 
 # Tool calls one socket may have in flight; more are refused until some finish.
@@ -143,7 +161,14 @@ class AgentConsumer(_JsonFrames):
 
     async def connect(self):
         sweeper.ensure_started()
-        self.member = await member_of_request(self.scope["headers"])
+        try:
+            self.member = await member_of_request(self.scope["headers"])
+        except Exception as exc:
+            if outage.noted(exc, "a websocket connect") is None:
+                raise
+            await self.accept()
+            await self.unavailable()
+            return
         if self.member is None:
             await self.close(code=4401)
             return
@@ -220,6 +245,8 @@ class AgentConsumer(_JsonFrames):
             self.push({"type": "session.frame", "frame": {"type": "ack", "entry_id": entry_id, "folded": not write.result()}})
         elif isinstance(exc, TeamError):
             self.push({"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}})
+        elif outage.noted(exc, "an entry") is not None:
+            self.push({"type": "session.unavailable", "entry_id": entry_id})
         else:
             log.warning("storing an entry of %s failed", self.member, exc_info=exc)
             self.push({"type": "session.frame", "frame": _error(ErrorCode.SERVER_ERROR, "Storing that entry failed; send it again.")})
@@ -246,7 +273,12 @@ class AgentConsumer(_JsonFrames):
             answer["result"] = await tools.tool_call(member=self.member, name=frame.name, arguments=frame.arguments)
         except TeamError as exc:
             answer.update(exc.as_wire())
-        except Exception:
+        except Exception as exc:
+            what = outage.noted(exc, "a tool call")
+            if what is not None:  # as REST's 503: nothing was stored, call again
+                answer.update(outage.unavailable_body(what))
+                self.push({"type": "session.frame", "frame": answer})
+                return
             log.warning("tool %s of %s failed", frame.name, self.member, exc_info=True)
             answer["error"] = {"code": str(ErrorCode.SERVER_ERROR), "message": "The server failed; this is a bug."}
         self.push({"type": "session.frame", "frame": answer})
@@ -284,6 +316,14 @@ class AgentConsumer(_JsonFrames):
 
     async def session_interrupt(self, event):
         await self.send_json({"type": "interrupt"})
+
+    async def session_unavailable(self, event):
+        # An entry could not be stored: the database is out of reach. The session sends it again after its next hello.
+        if self._closed_unavailable:
+            return
+        self._closed_unavailable = True
+        await self.send_json({**outage.unavailable_frame(), "entry_id": event["entry_id"]})
+        await self.close(code=CLOSE_UNAVAILABLE)
 
     async def session_reset(self, event):
         # This process was taken for dead and its sessions ended: reconnect and say hello again.

@@ -27,6 +27,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections, transaction
 
+from mailbox import outage
+
 _executors: dict[str, ThreadPoolExecutor] = {}
 _executors_lock = threading.Lock()
 _calling = threading.local()
@@ -109,12 +111,29 @@ def _keep_connections() -> None:
             connection.close_if_unusable_or_obsolete()
 
 
+def _connections_fresh() -> None:
+    """Before a call: when the database went away since this thread last ran (or a
+    connection was found broken), drop the connection it keeps, which may be dead
+    (a restarted server closed it). Otherwise the first call on each thread after a
+    restart would fail, one per thread. An integer comparison the rest of the time."""
+    generation = outage.database.generation
+    if getattr(_calling, "generation", generation) != generation:
+        for each in connections.all(initialized_only=True):
+            if not each.in_atomic_block:
+                try:
+                    each.close()
+                except Exception:
+                    each.connection = None
+    _calling.generation = generation
+
+
 class DatabaseThreads(SyncToAsync):
     def __init__(self, func, *, lane: str = "pool"):
         super().__init__(func, thread_sensitive=False, executor=executor(lane))
 
     def thread_handler(self, loop, *args, **kwargs):
         _calling.loop = loop
+        _connections_fresh()
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:

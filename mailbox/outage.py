@@ -14,6 +14,7 @@ A database that cannot be reached is not a bug: callers answer 503
 websocket frames that needed it get an ``error`` frame with that code.
 """
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,9 @@ class Dependency:
         self.down_since: float | None = None
         self.back_at: float | None = None  # monotonic time of the last return
         self.failures = 0
+        # Bumped whenever connections may have gone bad (the dependency went away, or
+        # one was found broken): mailbox/db.py's threads then open fresh ones.
+        self.generation = 0
         self._counted_at = 0.0
         self._lock = threading.Lock()
         self._on_back: list[Callable[[], None]] = []
@@ -54,6 +58,7 @@ class Dependency:
             self.failures += 1
             if self.down_since is None:
                 self.down_since = self._counted_at = now
+                self.generation += 1
                 first = True
             else:
                 first = False
@@ -66,6 +71,10 @@ class Dependency:
         elif due:
             log.warning("%s still unreachable after %.0fs: %d failures so far",
                         self.name, now - self.down_since, self.failures)
+
+    def suspect(self) -> None:
+        """A connection was found broken (the server restarted): the others may be too."""
+        self.generation += 1
 
     def ok(self) -> bool:
         """It worked; True when that is a return (after which the callbacks have run)."""
@@ -103,7 +112,7 @@ def _short(exc: BaseException | None) -> str:
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
-    found: list[type[BaseException]] = [django_db.OperationalError, django_db.InterfaceError]
+    found: list[type[BaseException]] = []
     try:  # the writer runs psycopg's own cursors: its errors are not wrapped by Django
         import psycopg
 
@@ -120,6 +129,7 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 
 
 _UNAVAILABLE = _driver_errors()
+_DJANGO = (django_db.OperationalError, django_db.InterfaceError)
 
 
 class LayerUnavailable(TemporaryDeliveryError):
@@ -129,16 +139,30 @@ class LayerUnavailable(TemporaryDeliveryError):
 
 def unavailable(exc: BaseException | None) -> str | None:
     """What an exception says could not be reached just now ("database", "Redis"),
-    or None: a database connection refused or lost, a server shutting down, a lock
-    timeout, a publish that had to go out. Worth a 503 and a retry, not a 500."""
+    or None: a PostgreSQL connection refused or lost, a server shutting down, a
+    pool or lock timeout, a publish that had to go out. Worth a 503 and a retry,
+    not a 500. On SQLite only a lock that did not come free counts: its other
+    OperationalErrors (no such column, a syntax error) are bugs."""
     seen = 0
     while exc is not None and seen < 5:
-        if isinstance(exc, _UNAVAILABLE):
-            return "database"
         if isinstance(exc, LayerUnavailable):
             return "Redis"
+        if isinstance(exc, _UNAVAILABLE):
+            return "database"
+        if isinstance(exc, sqlite3.Error):
+            return "database" if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc) else None
+        if isinstance(exc, _DJANGO) and exc.__cause__ is None:
+            return "database"  # raised by Django itself (e.g. a connection already closed)
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
+
+
+def noted(exc: BaseException | None, where: str) -> str | None:
+    """``unavailable(exc)``, and a database failure counted (Redis counts its own, mailbox/events.py)."""
+    what = unavailable(exc)
+    if what == "database":
+        database.failed(where, exc)
+    return what
 
 
 def unavailable_body(what: str = "database", *, persisted: bool | None = False) -> dict:
@@ -160,3 +184,24 @@ def unavailable_headers() -> dict[str, str]:
 def unavailable_frame(what: str = "database") -> dict:
     """The websocket ``error`` frame for a frame that needed the database (or Redis)."""
     return {"type": "error", **unavailable_body(what, persisted=None)}
+
+
+class _CountedNotLogged(logging.Filter):
+    """A request that failed because the database was out of reach is answered 503
+    and counted; Django would also log its traceback (django.request), once per
+    request. The count says it; the "Service Unavailable" line stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and unavailable(exc) is not None:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def install_log_filter() -> None:
+    """From MailboxConfig.ready: once per process."""
+    logger = logging.getLogger("django.request")
+    if not any(isinstance(f, _CountedNotLogged) for f in logger.filters):
+        logger.addFilter(_CountedNotLogged())
+

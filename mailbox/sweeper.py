@@ -11,23 +11,36 @@ target together, and reaping a dead process's presence is idempotent.
 import asyncio
 import contextvars
 import logging
+import time
 
 from django.conf import settings
 from django.db import connections
 
-from mailbox import db, idempotency, presence
+from mailbox import db, idempotency, outage, presence
 from mailbox.db import database_sync_to_async
 from mailbox.delivery import recovery_sweep
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 1.0
+# While the database is out of reach the heartbeat tries this often, so its return is
+# noticed (and the recovery pass runs) within a fraction of a second.
+OUTAGE_BEAT_INTERVAL = 0.25
 _task: asyncio.Task | None = None
+_wake: asyncio.Event | None = None
 
 
 def recovery_pass() -> dict:
-    """One pass: reap what dead processes left behind, then the delivery sweep."""
+    """One pass: reap what dead processes left behind, then the delivery sweep.
+
+    No reaping for ``PROCESS_TIMEOUT`` after this process saw the database come
+    back: every process's heartbeat went stale while it was away, and the live
+    ones need a beat or two to say so (docs/deployment.md)."""
     idempotency.prune_due()  # expired idempotency keys: at the first pass, then hourly
-    reaped = presence.presence_reap()
+    back_at = outage.database.back_at
+    if back_at is not None and time.monotonic() - back_at < settings.STEERBOARD["PROCESS_TIMEOUT"]:
+        reaped = {}
+    else:
+        reaped = presence.presence_reap()
     return {**recovery_sweep(), **reaped}
 
 
@@ -35,9 +48,12 @@ async def _beat_loop(interval: float) -> None:
     while True:
         try:
             await database_sync_to_async(presence.process_beat, lane="heartbeat")()
-        except Exception:
-            log.warning("heartbeat failed; trying again next interval", exc_info=True)
-        await asyncio.sleep(interval)
+        except Exception as exc:
+            if outage.noted(exc, "the heartbeat") is None:
+                log.warning("heartbeat failed; trying again next interval", exc_info=True)
+        else:
+            outage.database.ok()  # a return wakes the sweep (_database_back)
+        await asyncio.sleep(interval if outage.database.up else min(interval, OUTAGE_BEAT_INTERVAL))
 
 
 async def _checkpoint_loop(interval: float) -> None:
@@ -48,17 +64,37 @@ async def _checkpoint_loop(interval: float) -> None:
         await asyncio.sleep(interval)
         try:
             await database_sync_to_async(db.wal_checkpoint, lane="heartbeat")()
-        except Exception:
-            log.warning("WAL checkpoint failed; trying again next interval", exc_info=True)
+        except Exception as exc:
+            if outage.noted(exc, "a WAL checkpoint") is None:
+                log.warning("WAL checkpoint failed; trying again next interval", exc_info=True)
 
 
 async def _sweep_loop(interval: float) -> None:
     while True:
-        await asyncio.sleep(interval)
+        try:  # the interval, or less: the database came back, and recovery starts at once
+            await asyncio.wait_for(_wake.wait(), interval)
+        except asyncio.TimeoutError:
+            pass
+        _wake.clear()
         try:
             await database_sync_to_async(recovery_pass)()
-        except Exception:
-            log.warning("recovery sweep failed; trying again next interval", exc_info=True)
+        except Exception as exc:
+            if outage.noted(exc, "the recovery sweep") is None:
+                log.warning("recovery sweep failed; trying again next interval", exc_info=True)
+
+
+def _database_back() -> None:
+    """From whichever thread saw the database work again: wake the sweep now."""
+    task, wake = _task, _wake
+    if task is None or task.done() or wake is None:
+        return
+    try:
+        task.get_loop().call_soon_threadsafe(wake.set)
+    except RuntimeError:  # that loop has closed
+        pass
+
+
+outage.database.on_back(_database_back)
 
 
 async def _run(sweep_interval: float, beat_interval: float) -> None:
@@ -76,7 +112,7 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
 
 
 def ensure_started() -> None:
-    global _task
+    global _task, _wake
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -89,6 +125,7 @@ def ensure_started() -> None:
         return
     # A context of its own: started from inside a request, it must not inherit
     # (and outlive) that request's context.
+    _wake = asyncio.Event()
     _task = loop.create_task(
         _run(sweep_interval, beat_interval if beat_interval > 0 else sweep_interval), context=contextvars.Context()
     )

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
+from mailbox import outage
 from teams.errors import TeamError
 
 log = logging.getLogger(__name__)
@@ -196,35 +197,71 @@ class Writer(concurrent.futures.Executor):
             call.future.set_result(result)
 
     def _commit(self, jobs: list[Job]) -> None:
-        from django.utils import timezone
-
         self.batches += 1
         self.jobs += len(jobs)
         try:
-            batch = Batch(timezone.now())
-            with self._transaction(batch):
-                ordered = sorted(jobs, key=_lock_order)
-                if self._pipeline is not None:
-                    ordered = self._pipeline(ordered, batch)
-                for job in ordered:
-                    self._execute(job, batch)
-                self._log_flush(batch)
-        except Exception:
-            # One job broke the transaction: run each alone, so only it fails.
-            log.warning("a batch of %d failed; committing its jobs one by one", len(jobs), exc_info=True)
+            self._batch_run(jobs)
+        except Exception as exc:
+            self._after_call()  # a broken connection is closed; the next attempt opens a fresh one
+            if outage.unavailable(exc) == "database":
+                outage.database.suspect()  # the other threads' connections may be broken too
+                self._unavailable(jobs)
+            else:
+                # One job broke the transaction: run each alone, so only it fails.
+                log.warning("a batch of %d failed; committing its jobs one by one", len(jobs), exc_info=True)
+                self._one_by_one(jobs)
+        else:
+            outage.database.ok()
+        self._finish(jobs)
+
+    def _batch_run(self, jobs: list[Job]) -> None:
+        from django.utils import timezone
+
+        batch = Batch(timezone.now())
+        with self._transaction(batch):
+            ordered = sorted(jobs, key=_lock_order)
+            if self._pipeline is not None:
+                ordered = self._pipeline(ordered, batch)
+            for job in ordered:
+                self._execute(job, batch)
+            self._log_flush(batch)
+
+    def _unavailable(self, jobs: list[Job]) -> None:
+        """The database was out of reach, or the connection broke (it restarted): the
+        whole batch once more, on a fresh connection. Failing again, every job fails
+        with that error (a 503 to its caller), counted, not logged one by one:
+        running them one by one would only wait for the same refusal again."""
+        try:
+            self._batch_run(jobs)
+        except Exception as exc:
             self._after_call()
+            if outage.unavailable(exc) != "database":
+                log.warning("a batch of %d failed; committing its jobs one by one", len(jobs), exc_info=True)
+                self._one_by_one(jobs)
+                return
+            outage.database.failed("committing", exc)
             for job in jobs:
-                job.error = None
-                try:
-                    batch = Batch(timezone.now())
-                    with self._transaction(batch):
-                        self._execute(job, batch)
-                        self._log_flush(batch)
-                except Exception as exc:
-                    log.warning("a %s failed", type(job).__name__, exc_info=True)
-                    job.error = exc
-                finally:
-                    self._after_call()
+                job.error = exc
+        else:
+            outage.database.ok()
+
+    def _one_by_one(self, jobs: list[Job]) -> None:
+        from django.utils import timezone
+
+        for job in jobs:
+            job.error = None
+            try:
+                batch = Batch(timezone.now())
+                with self._transaction(batch):
+                    self._execute(job, batch)
+                    self._log_flush(batch)
+            except Exception as exc:
+                log.warning("a %s failed", type(job).__name__, exc_info=True)
+                job.error = exc
+            finally:
+                self._after_call()
+
+    def _finish(self, jobs: list[Job]) -> None:
         for job in jobs:
             if job.error is None:
                 job.committed()

@@ -1,11 +1,13 @@
 """Every refusal on the wire is ``{"error": {"code", "message"}}`` with a 4xx status."""
 import logging
+import sys
 
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
+from mailbox import outage
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,9 @@ def exception_handler(exc, context):
             return Response({"error": {"code": str(code), "message": message}}, status=status, headers=headers)
     if isinstance(exc, drf.APIException):
         return Response({"error": {"code": "ERROR", "message": str(exc.detail)}}, status=exc.status_code)
+    what = outage.noted(exc, "a request")
+    if what is not None:  # the database (or Redis) is out of reach: a 503, not a bug
+        return Response(outage.unavailable_body(what), status=503, headers=outage.unavailable_headers())
     return None
 
 
@@ -76,4 +81,7 @@ def not_found(request, exception=None):
 
 
 def server_error(request):
+    what = outage.noted(sys.exc_info()[1], "a request")
+    if what is not None:  # Django calls this inside its except block: the database (or Redis) is out of reach
+        return JsonResponse(outage.unavailable_body(what), status=503, headers=outage.unavailable_headers())
     return JsonResponse({"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}}, status=500)

@@ -19,7 +19,7 @@ from django.http import HttpRequest, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from mailbox import sweeper
+from mailbox import outage, sweeper
 from mailbox.api.tools import tool_request
 from teams.errors import TeamError
 
@@ -75,9 +75,9 @@ def _host_allowed(scope) -> bool:
     return True
 
 
-async def _respond(send, status: int, body: dict) -> None:
+async def _respond(send, status: int, body: dict, extra: list[tuple[bytes, bytes]] = ()) -> None:
     payload = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers + _security_headers()})
     await send({"type": "http.response.body", "body": payload})
 
@@ -113,7 +113,12 @@ async def app(scope, receive, send) -> None:
     except TeamError as exc:
         await _respond(send, exc.http_status, exc.as_wire())
         return
-    except Exception:
+    except Exception as exc:
+        what = outage.noted(exc, "a tool call")
+        if what is not None:  # the database (or Redis) is out of reach: not a bug; nothing was stored
+            retry = [(k.lower().encode(), v.encode()) for k, v in outage.unavailable_headers().items()]
+            await _respond(send, 503, outage.unavailable_body(what), retry)
+            return
         log.exception("tool call %s failed", name)
         await _respond(send, 500, {"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}})
         return
