@@ -10,6 +10,7 @@ Redis on 127.0.0.1 are always there in CI (scripts/test.sh starts them).
 """
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -72,6 +73,8 @@ class LiveEnvironment:
     def __init__(self, tmp_path: Path, scale_out: bool | None = None, **settings_env: str):
         self.tmp_path = tmp_path
         self.env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE"}}
+        # Production settings refuse to start without SECRET_KEY; all processes of one environment share one.
+        self.env.setdefault("SECRET_KEY", "live-" + secrets.token_urlsafe(40))
         self.env.update(
             {
                 "DJANGO_SETTINGS_MODULE": "config.settings",
