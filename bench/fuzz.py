@@ -8,7 +8,9 @@ Two passes against /api/schema/: as an operator (Authorization: Token ...) and a
 the team's Lead (Authorization: Bearer <member token>), so both the operator
 REST and the Team tools see generated input (all but wait_agent, which waits 10 s
 to an hour by design). Only the server-error check runs:
-a 4xx for nonsense is the contract; a 5xx on any input is a bug.
+a 4xx for nonsense is the contract; a 5xx on any input is a bug. The run fails
+on any 5xx line or traceback in the server's log too, and prints the number of
+cases schemathesis generated (docs/performance.md records the last run's).
 """
 import argparse
 import re
@@ -48,18 +50,21 @@ def main() -> None:
     try:
         team = bench.provision("fuzz", 3, operator="fuzzer")
         url = bench.servers[0].url
-        codes = []
+        codes, cases = [], 0
         for label, header in (
             ("operator", f"Authorization: Token {team['operator']['token']}"),
             ("the Lead", f"Authorization: Bearer {team['lead']}"),
         ):
             code, out = run_pass(url, header, args.max_examples, label)
             codes.append(code)
+            generated = re.search(r"(\d+) generated", out)
+            cases += int(generated.group(1)) if generated else 0
         log = bench.servers[0].log()
         server_errors = len(re.findall(r'" 5\d\d ', log)) + log.count("Internal Server Error")
-        print(f"== fuzz on {args.backend}: {args.max_examples} cases per operation and pass; "
-              f"schemathesis exits {codes}; 5xx lines in the server log: {server_errors}")
-        sys.exit(0 if all(c == 0 for c in codes) and server_errors == 0 else 1)
+        tracebacks = log.count("Traceback")
+        print(f"== fuzz on {args.backend}: {cases} cases ({args.max_examples} per operation and pass); "
+              f"schemathesis exits {codes}; 5xx lines in the server log: {server_errors}; tracebacks: {tracebacks}")
+        sys.exit(0 if all(c == 0 for c in codes) and server_errors == 0 and tracebacks == 0 else 1)
     finally:
         bench.close()
 
