@@ -68,8 +68,8 @@ if _proxy_ssl_header:
 SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS
-# A load balancer's plain-HTTP health check is not redirected.
-SECURE_REDIRECT_EXEMPT = [r"^healthz/?$"]
+# A load balancer's plain-HTTP health and readiness checks are not redirected.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz)/?$"]
 SECURE_HSTS_SECONDS = _env_int("STEERBOARD_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("STEERBOARD_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = _env_bool("STEERBOARD_HSTS_PRELOAD", False)

@@ -57,7 +57,7 @@ from mailbox.models import (
 )
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status, status_of
-from teams.services import member_token_create
+from teams.tokens import start_token_create
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +201,13 @@ def host_connected(team_id: int) -> bool:
 
 
 def _start_request(*, member: Member, reason: str) -> None:
-    """Ask the team's hosts to start this member's session (with a fresh token)."""
-    token = member_token_create(member=member)
+    """Ask the team's hosts to start this member's session (with a fresh token; it
+    revokes the member's earlier start token, teams/tokens.py)."""
+    token, revoked = start_token_create(member=member)
+    if revoked:
+        from mailbox import auth
+
+        transaction.on_commit(lambda: auth.forget(revoked))
     faults.inject("resume")
     events.send_now(
         events.host_group(member.team_id),

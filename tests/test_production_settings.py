@@ -77,3 +77,16 @@ def test_swagger_ui_loads_its_assets_from_this_server(client):
     assert "cdn" not in page.lower() and "https://" not in page
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
     assert client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
+
+
+def test_with_https_plain_http_is_redirected_but_the_health_checks_are_not(tmp_path):
+    code = (
+        "from django.test import Client; c = Client(); "
+        "print(c.get('/login/').status_code, c.get('/healthz').status_code != 301, c.get('/readyz').status_code != 301, "
+        "c.get('/login/', secure=True).status_code)"
+    )
+    result = _manage(
+        "shell", "--no-imports", "-c", code, SECRET_KEY="k" * 60, STEERBOARD_HTTPS="1", ALLOWED_HOSTS="testserver",
+        STEERBOARD_VAR_DIR=str(tmp_path),
+    )
+    assert result.stdout.split("\n")[0] == "301 True True 200", result.stderr[-2000:]
