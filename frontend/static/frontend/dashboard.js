@@ -56,26 +56,73 @@ function timeEl(label, iso) {
   return iso ? h("time", { datetime: iso, title: iso, class: `t-${label}` }, `${label} ${clock(iso)}`) : null;
 }
 
+// ------------------------------------------------------------ the server's database
+// The socket can stay up while the server cannot reach its database: nothing rings
+// then, and "live" would be stale. The page asks /readyz every 10 s (every 2 s while
+// the database is away, and at once when a read or the socket fails) and the top bar
+// says "server can't reach its database" (data-database="unreachable" on <body>)
+// until it is back; then the page re-reads.
+const READY_EVERY = 10000;
+const READY_EVERY_DOWN = 2000;
+let databaseDown = false;
+let resync = () => {};
+// The top bar's indicator (looked up once: <body> gets a data-connection of its own).
+const conn = document.querySelector("[data-connection]");
+
+function showConnection() {
+  if (!conn) return;
+  const state = body.dataset.connection || "connecting";
+  if (databaseDown && state === "live") {
+    conn.dataset.connection = "no-database";
+    conn.textContent = "server can't reach its database";
+  } else {
+    conn.dataset.connection = state;
+    conn.textContent = { live: "live", offline: "offline — reconnecting" }[state] || "connecting…";
+  }
+}
+
+function setDatabase(ok) {
+  if (ok !== databaseDown) return; // no change
+  databaseDown = !ok;
+  body.dataset.database = ok ? "ok" : "unreachable";
+  showConnection();
+  if (ok) resync(); // whatever was written meanwhile is in this read
+}
+
+async function checkReady() {
+  try {
+    const response = await fetch("/readyz", { cache: "no-store", headers: { Accept: "application/json" } });
+    const data = await response.json();
+    setDatabase(!(data.database && data.database.ok === false));
+  } catch (error) {
+    // The server itself does not answer: the socket's state says so.
+  }
+}
+
+function watchDatabase() {
+  const tick = async () => {
+    if (!document.hidden) await checkReady();
+    setTimeout(tick, databaseDown ? READY_EVERY_DOWN : READY_EVERY);
+  };
+  setTimeout(tick, READY_EVERY);
+}
+
 // ------------------------------------------------------------------ live link
 function liveSocket(path, onChange) {
-  const conn = document.querySelector("[data-connection]");
   let delay = 500;
-  const setConn = (state, text) => {
+  const setConn = (state) => {
     body.dataset.connection = state;
-    if (conn) {
-      conn.dataset.connection = state;
-      conn.textContent = text;
-    }
+    showConnection();
   };
   const open = () => {
-    setConn("connecting", "connecting…");
+    setConn("connecting");
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${scheme}://${location.host}${path}`);
     ws.addEventListener("message", (event) => {
       const frame = JSON.parse(event.data);
       if (frame.type === "subscribed") {
         delay = 500;
-        setConn("live", "live");
+        setConn("live");
         onChange(frame); // resync: whatever happened while away is in this read
       } else if (frame.type === "team.changed") {
         onChange(frame);
@@ -86,7 +133,8 @@ function liveSocket(path, onChange) {
         location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
         return;
       }
-      setConn("offline", "offline — reconnecting");
+      setConn("offline");
+      checkReady();
       setTimeout(open, delay);
       delay = Math.min(delay * 2, 5000);
     });
@@ -120,6 +168,10 @@ async function getJson(url) {
   if (response.redirected || response.status === 401 || response.status === 403) {
     location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
     throw new Error("signed out");
+  }
+  if (response.status === 503) {
+    checkReady(); // SERVICE_UNAVAILABLE: the server cannot reach its database
+    throw new Error(`${url}: the server cannot reach its database`);
   }
   if (!response.ok) throw new Error(`${url}: ${response.status}`);
   return response.json();
@@ -410,6 +462,8 @@ function teamPage() {
       if (body.dataset.connection === "live") setTimeout(refresh, 2000);
     }
   });
+  resync = refresh;
+  watchDatabase();
   liveSocket(`/ws/dashboard/${encodeURIComponent(team)}/`, refresh);
 }
 
@@ -435,6 +489,8 @@ function teamListPage() {
       body.dataset.syncError = error.message;
     }
   });
+  resync = refresh;
+  watchDatabase();
   liveSocket("/ws/dashboard/", refresh);
   // The socket hears the teams that existed when it opened; new teams show up on this slow re-read.
   setInterval(refresh, 30000);
