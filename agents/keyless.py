@@ -5,18 +5,20 @@ conversation, so a cold-resumed session picks up where its history stops, and
 coordinates through messages, never through sleeps or polling:
 
 - ``lead`` (its turn starts with a human prompt): spawns ``researcher`` and
-  ``implementer``, asks the implementer to deliver task-2 on top of the
-  researcher's task-1, and ends its turn. The implementer's report starts its
-  next turn: it waits (``wait_agent``) for its teammates to settle, checks the
-  board and the roster, and ends with ``TEAM_WORKFLOW_OK`` only when every task
-  on the board is completed.
-- ``implementer``: asks the researcher to start and waits for the answer
-  (``await_message``) in the same step, so the answer steers into the next step
-  of the same turn; creates task-2 blocked by task-1; asks to be told when
-  task-1 is done and waits again; then claims task-2, completes it and reports
-  to the Lead.
-- ``researcher``: creates, claims and (when the implementer has blocked task-2
-  on it) completes task-1, telling the implementer each time.
+  ``implementer``, each with a spawn prompt that is the teammate's first turn
+  (the implementer's asks it to deliver task-2 on top of the researcher's
+  task-1), and ends its turn. The implementer's report starts its next turn:
+  it waits (``wait_agent``) for its teammates to settle, checks the board and
+  the roster, and ends with ``TEAM_WORKFLOW_OK`` only when every task on the
+  board is completed.
+- ``implementer`` (first turn: its spawn prompt): asks the researcher to start
+  and waits for the answer (``await_message``) in the same step, so the answer
+  steers into the next step of the same turn; creates task-2 blocked by task-1;
+  asks to be told when task-1 is done and waits again; then claims task-2,
+  completes it and reports to the Lead.
+- ``researcher`` (first turn: its spawn prompt, which says to wait for the
+  implementer): once asked, creates, claims and (when the implementer has
+  blocked task-2 on it) completes task-1, telling the implementer each time.
 
 Every other member answers each turn with a short acknowledgement.
 """
@@ -36,13 +38,16 @@ TASK1_DONE = "[task-1 completed]"
 TASK2_DONE = "[task-2 completed]"
 
 RESEARCHER_PROMPT = (
-    "You are the researcher. Create the research task on the team board, claim it, tell the implementer, "
-    "and complete it once the implementer has blocked its task on yours."
+    "You are the researcher. Wait until the implementer asks you to start; then create the research task on "
+    "the team board, claim it, tell the implementer, and complete it once the implementer has blocked its "
+    "task on yours."
 )
 IMPLEMENTER_PROMPT = (
-    "You are the implementer. Build on the researcher's task: create your task blocked by it, wait for the "
-    "researcher, then claim, complete and report to the Lead."
+    "You are the implementer. Please deliver the feature as task-2, built on the researcher's task-1: ask the "
+    "researcher to start, create your task blocked by theirs, wait for the researcher, then claim and complete "
+    "it, and report to me when task-2 is completed."
 )
+WAITING = "waiting for the implementer to ask"
 
 
 def _call(tool: str, arguments: dict, *also: ToolCall) -> ModelReply:
@@ -132,12 +137,6 @@ class KeylessModel:
                     )
                 ]
             )
-        if not _said(calls, "send_message", target="implementer"):
-            return _send(
-                "implementer",
-                "Please deliver the feature as task-2, built on the researcher's task-1. "
-                "Coordinate with the researcher, and report to me when task-2 is completed.",
-            )
         report = _heard(context, "implementer", TASK2_DONE)
         if report is None:
             return ModelReply(text="The team is at work; I will check the board when the implementer reports.")
@@ -213,13 +212,17 @@ class KeylessModel:
             return _update(mine, task, "complete")
         if not _sent(calls, "lead", TASK2_DONE):
             return _send("lead", f"{TASK2_DONE} {mine} is completed, built on {research}.")
-        if _last_text_is_final(context):
+        closing = f"{mine} is completed and the Lead has my report."
+        if _said_before(context, closing):
             return _ack(context)
-        return ModelReply(text=f"{mine} is completed and the Lead has my report.")
+        return ModelReply(text=closing)
 
     # --- the researcher -------------------------------------------------------------------------
     def researcher(self, context: StepContext) -> ModelReply:
         calls = context.calls()
+        if _heard(context, "implementer", READY) is None:
+            # The spawn prompt's turn: nothing to do until the implementer asks.
+            return ModelReply(text=f"researcher: {WAITING}.")
         created = [c for c in _said(calls, "team_task_create") if "result" in c]
         if not created:
             return ModelReply(
@@ -251,12 +254,15 @@ class KeylessModel:
             return _update(mine, task, "complete")
         if not _sent(calls, "implementer", TASK1_DONE):
             return _send("implementer", f"{TASK1_DONE} {mine} is completed: build on it.")
-        if _last_text_is_final(context):
+        closing = f"{mine} is completed; the implementer knows."
+        if _said_before(context, closing):
             return _ack(context)
-        return ModelReply(text=f"{mine} is completed; the implementer knows.")
+        return ModelReply(text=closing)
 
 
-def _last_text_is_final(context: StepContext) -> bool:
+def _said_before(context: StepContext, closing: str) -> bool:
     """The script's closing words were said in an earlier turn: later turns just acknowledge."""
-    texts = [e for e in context.entries if e.get("kind") == "assistant_text"]
-    return bool(texts) and texts[-1].get("turn_id") != context.turn_id
+    return any(
+        e.get("kind") == "assistant_text" and e.get("text") == closing and e.get("turn_id") != context.turn_id
+        for e in context.entries
+    )

@@ -23,6 +23,7 @@ def message_out(message: TeamMessage) -> dict:
         "seq": message.seq,
         "thread_id": message.thread_id or message.id,
         "reply_to": message.reply_to or None,
+        "kind": message.kind,
         "state": message.state,
         "queued_at": _iso(message.queued_at),
         "accepted_at": _iso(message.accepted_at),

@@ -27,9 +27,16 @@ async def test_the_host_provisions_a_spawned_teammate_and_a_repeated_start_chang
         assert answer == {"type": "started", "member": "worker"}
         assert host.sessions["worker"] == (session, task), "still the one session"
 
+        def said() -> list[str]:
+            return [e["text"] for e in session.entries if e["kind"] == "assistant_text"]
+
+        # The spawn prompt is the teammate's first turn.
+        await until(lambda: said() == ["echo 1: p"] and session.idle.is_set(), "the spawn prompt's turn")
+        first = next(e for e in session.entries if e["kind"] == "user_message")
+        assert (first["text"], first["source"]["sender"]) == ("p", "lead")
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="hi")
-        await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set(), "a turn")
-        assert [e["text"] for e in session.entries if e["kind"] == "assistant_text"] == ["echo 1: hi"]
+        await until(lambda: len(said()) == 2 and session.idle.is_set(), "a second turn")
+        assert said() == ["echo 1: p", "echo 2: hi"]
         summary = await asyncio.to_thread(team.summary)
         assert {m["name"]: m["status"] for m in summary["members"]} == {"lead": "inactive", "worker": "idle"}
     finally:

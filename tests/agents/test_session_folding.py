@@ -34,7 +34,7 @@ async def until(predicate, what, timeout=30):
 async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once(live_env, daphne_server):
     team = Team(live_env, daphne_server, "folding")
     send = lambda message: asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message=message)
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     model = GatedModel()
     session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
@@ -80,7 +80,7 @@ async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once
 
 async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_turn_once(live_env, daphne_server):
     team = Team(live_env, daphne_server, "prompt-race")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     model = GatedModel()
     session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)

@@ -23,7 +23,7 @@ class FailingOnce:
 
 
 async def start(team: Team, model) -> tuple[AgentSession, asyncio.Task]:
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     session = AgentSession(team.server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     task = asyncio.create_task(session.run())

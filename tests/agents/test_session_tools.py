@@ -64,7 +64,7 @@ async def run_turn(team: Team, session: AgentSession, member: str) -> list[dict]
 
 async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, daphne_server):
     team = Team(live_env, daphne_server, "socket-tools")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
                            max_backoff=0.3)
@@ -104,7 +104,7 @@ async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphn
     in between): the call is repeated over REST and answered from the state it left."""
     team = Team(live_env, daphne_server, "lost-answers")
     model = Script(
-        [ToolCall("spawn_teammate", {"name": "worker", "description": "d", "prompt": "p"})],
+        [ToolCall("spawn_teammate", {"name": "worker", "description": "d", "prompt": ""})],
         [ToolCall("send_message", {"target": "worker", "message": "hello"})],
     )
     session = AgentSession(daphne_server.url, team.lead_token, model, max_backoff=0.3)
@@ -187,7 +187,7 @@ async def server_without_tool_frames(upstream: str):
 
 async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, daphne_server):
     team = Team(live_env, daphne_server, "old-server")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="p")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     token = await asyncio.to_thread(team.token, "worker")
     async with server_without_tool_frames(daphne_server.ws_url) as (relay_url, refused):

@@ -28,7 +28,7 @@ def spawn(server, lead: str, names: list[str]) -> None:
     for name in names:
         response = httpx.post(
             f"{server.url}/api/v1/tools/spawn_teammate",
-            json={"name": name, "description": "d", "prompt": "p"},
+            json={"name": name, "description": "d", "prompt": ""},
             headers={"Authorization": f"Bearer {lead}"},
             timeout=30,
         )

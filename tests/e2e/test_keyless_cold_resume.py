@@ -23,7 +23,7 @@ def texts(entries):
 
 
 def spawn_worker(team: Team) -> None:
-    response = team.tool("lead", "spawn_teammate", name="worker", description="echoes", prompt="Echo what you hear.")
+    response = team.tool("lead", "spawn_teammate", name="worker", description="echoes", prompt="")
     assert response.status_code == 200, response.text
     team.wait_for(lambda: status_of(team, "worker") == "idle", "the host to provision the worker")
 

@@ -71,8 +71,13 @@ def assert_nothing_lost_or_duplicated(team: Team, histories: dict):
         for turn in turns_of(entries).values():
             kinds = [e["kind"] for e in turn]
             assert kinds[0] == "turn_start" and kinds[-1] == "turn_end" and kinds.count("turn_end") == 1
-    # Six messages: lead->implementer, implementer<->researcher four times, implementer->lead.
-    assert len(messages) == 6
+    # Each teammate's first turn is its spawn prompt, from the Lead.
+    for member in ("implementer", "researcher"):
+        first = next(e for e in histories[member] if e["kind"] == "user_message")
+        spawn_prompt = next(m for m in messages if m["id"] == first["source"]["message_id"])
+        assert (spawn_prompt["kind"], spawn_prompt["sender"], spawn_prompt["seq"]) == ("spawn_prompt", "lead", 1)
+    # Then five: implementer<->researcher four times, implementer->lead.
+    assert len(messages) == 2 + 5
     tasks = team.summary()["tasks"]
     assert [(t["id"], t["status"], t["owner"]) for t in tasks] == [
         ("task-1", "completed", "researcher"),

@@ -36,14 +36,16 @@ def workflow_done_in_database(live_env, team: str) -> bool:
         # whose retry is answered from its idempotency key.
         "after_task_commit:1",
         "after_task_commit:2",
-        # The 3rd message is the researcher's "[task-1 claimed]": daphne dies after committing
-        # it and before answering, so the researcher's retry must not send it twice.
-        "after_queued_commit:3",
+        # The 2nd send is the researcher's "[task-1 claimed]" (after the implementer's
+        # "[implementer ready]"; the spawn prompts are stored with the spawn, not sent):
+        # daphne dies after committing it and before answering, so the researcher's
+        # retry must not send it twice.
+        "after_queued_commit:2",
         # The 20th entry is stored but never acknowledged, so its session must resend it
         # after the restart, and it folds.
         "after_entry:20",
     ],
-    ids=["after-task-1-created", "after-task-2-created", "after-queued-commit-3", "after-entry-20"],
+    ids=["after-task-1-created", "after-task-2-created", "after-queued-commit-2", "after-entry-20"],
 )
 def test_profile_survives_a_server_crash(live_env, crash_at):
     first = DaphneProcess(live_env, STEERBOARD_CRASH_AT=crash_at).start()

@@ -34,7 +34,7 @@ async def recv_type(ws, wanted, timeout=10):
 async def test_idle_target_gets_steer_and_entry_marks_delivered(live_env, daphne_server):
     team = live_env.team_create("e2e")
     lead = team["lead"]["token"]
-    assert tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    assert tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
     impl = live_env.manage_json("member_token", "e2e", "implementer")["token"]
     async with websockets.connect(
         daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
@@ -80,7 +80,7 @@ async def integrate(ws, message, entry_id):
 async def test_without_a_host_a_send_is_queued_and_delivered_once_the_session_says_hello(live_env, daphne_server):
     team = live_env.team_create("cold")
     lead = team["lead"]["token"]
-    tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p")
+    tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     sent = [
         (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="implementer", message=f"m{i}")).json()
         for i in range(3)
@@ -108,7 +108,7 @@ async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(live
     team = live_env.team_create("hosted")
     lead = team["lead"]["token"]
     async with await connect(daphne_server, team["host_token"], "/ws/host/") as host:
-        tool(daphne_server, lead, "spawn_teammate", name="researcher", description="d", prompt="p")
+        tool(daphne_server, lead, "spawn_teammate", name="researcher", description="d", prompt="")
         start = await recv_type(host, "start")
         assert (start["member"], start["reason"]) == ("researcher", "provision")
         async with await connect(daphne_server, start["token"]) as ws:
@@ -134,7 +134,7 @@ async def test_concurrent_senders_over_http_reach_one_target_in_order(live_env, 
     lead = team["lead"]["token"]
     names = ["implementer", "researcher", "reviewer"]
     for name in names:
-        tool(daphne_server, lead, "spawn_teammate", name=name, description="d", prompt="p")
+        tool(daphne_server, lead, "spawn_teammate", name=name, description="d", prompt="")
     tokens = {"lead": lead} | {n: live_env.manage_json("member_token", "order", n)["token"] for n in names[1:]}
     impl = live_env.manage_json("member_token", "order", "implementer")["token"]
 

@@ -65,7 +65,7 @@ async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, dap
     lead = team["lead"]["token"]
     async with mcp_client(daphne_server, lead) as client:
         spawned = await client.call_tool(
-            "spawn_teammate", {"name": "implementer", "description": "writes code", "prompt": "You implement."}
+            "spawn_teammate", {"name": "implementer", "description": "writes code", "prompt": ""}
         )
         assert not spawned.is_error
         assert spawned.structured_content["member"]["name"] == "implementer"
@@ -113,7 +113,7 @@ async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, dap
 async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne_server):
     team = live_env.team_create("mcp")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
     impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
     assert rest(daphne_server, lead, "send_message", target="implementer", message="a", idempotency_key="k").status_code == 200
     cases = [
@@ -161,7 +161,7 @@ async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_se
 async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_delivered(live_env, daphne_server):
     team = live_env.team_create("mcp")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
     impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
     sent = [rest(daphne_server, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
     assert all(s["status"] == "queued" for s in sent)  # nobody to admit them to: they wait
@@ -192,7 +192,7 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
 async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env, daphne_server):
     team = live_env.team_create("mcp")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="p").status_code == 200
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
     impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
     async with websockets.connect(
         daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}

@@ -37,7 +37,7 @@ def spawn(environment, server, lead_token: str, team: str, names: list[str]) -> 
     for name in names:
         response = httpx.post(
             f"{server.url}/api/v1/tools/spawn_teammate",
-            json={"name": name, "description": "d", "prompt": "p"},
+            json={"name": name, "description": "d", "prompt": ""},
             headers={"Authorization": f"Bearer {lead_token}"},
             timeout=30,
         )

@@ -28,7 +28,7 @@ def test_three_thousand_messages_show_as_a_window_with_pages_behind_it(live_env,
     server = daphne_server
     team = live_env.team_create("big")
     live_env.operator_create("op")
-    tool(server, team["lead"]["token"], "spawn_teammate", name="implementer", description="d", prompt="p")
+    tool(server, team["lead"]["token"], "spawn_teammate", name="implementer", description="d", prompt="")
     live_env.manage("shell", "-c", BULK)
 
     login(page, server, "op", "pw-op")

@@ -24,8 +24,8 @@ def test_page_catches_up_with_what_happened_while_its_server_was_down(live_env, 
         expect(page.locator("body")).to_have_attribute("data-connection", "offline")
 
         # Meanwhile, through the other process: a teammate, a task, a message delivered, a turn.
-        tool(other, lead, "spawn_teammate", name="tester", description="runs the tests", prompt="p")
-        tool(other, lead, "team_task_create", subject="Run the suite", description="")
+        tool(other, lead, "spawn_teammate", name="tester", description="runs the tests", prompt="")
+        tool(other, lead, "team_task_create", subject="Run the suite", description="The whole suite, green.")
         lead_session = agents(other, lead, "running")
         tester = agents(other, live_env.manage_json("member_token", "delta", "tester")["token"], "idle")
         sent = tool(other, lead, "send_message", target="tester", message="Run the suite now.")

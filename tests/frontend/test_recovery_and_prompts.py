@@ -8,7 +8,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
 def _inactive_teammate(live_env, server, agents, team: str, lead: str) -> None:
-    tool(server, lead, "spawn_teammate", name="reviewer", description="reviews", prompt="You review.")
+    tool(server, lead, "spawn_teammate", name="reviewer", description="reviews", prompt="")
     token = live_env.manage_json("member_token", team, "reviewer")["token"]
     agents(server, token, "idle").close()  # it ran once and left: inactive, and no host to resume it
 

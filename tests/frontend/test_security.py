@@ -20,7 +20,7 @@ def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_e
     team = live_env.team_create("xss")
     lead = team["lead"]["token"]
     live_env.operator_create("op")
-    tool(server, lead, "spawn_teammate", name="implementer", description="<b onmouseover=alert(1)>d</b>", prompt="p")
+    tool(server, lead, "spawn_teammate", name="implementer", description="<b onmouseover=alert(1)>d</b>", prompt="")
     login(page, server, "op", "pw-op")
     open_team(page, server, "xss")
     lane = page.locator('[data-member="implementer"]')
@@ -73,7 +73,7 @@ def test_viewer_sees_no_controls_and_forged_posts_are_refused(live_env, daphne_s
     team = live_env.team_create("watch")
     lead = team["lead"]["token"]
     live_env.operator_create("viewer", viewer=True)
-    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="p")
+    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     sent = tool(server, lead, "send_message", target="implementer", message="waits for a session")
 
     login(page, server, "viewer", "pw-viewer")

@@ -13,7 +13,7 @@ def test_team_list_summaries_follow_statuses_and_messages_live(live_env, daphne_
     live_env.team_create("zeta")
     lead = team["lead"]["token"]
     live_env.operator_create("viewer", viewer=True)
-    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="p")
+    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     login(page, server, "viewer", "pw-viewer")
     expect(page.locator("body")).to_have_attribute("data-connection", "live")
     card = page.locator('[data-team="epsilon"]')

@@ -18,9 +18,9 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
     team = live_env.team_create("alpha")
     lead = team["lead"]["token"]
     live_env.operator_create("op")
-    tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="You implement.")
+    tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
     tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST")
-    tool(server, lead, "team_task_create", subject="Review the parser", description="", blocked_by=["task-1"])
+    tool(server, lead, "team_task_create", subject="Review the parser", description="Read it through.", blocked_by=["task-1"])
 
     login(page, server, "op", "pw-op")
     open_team(page, server, "alpha")
