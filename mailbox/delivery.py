@@ -216,6 +216,11 @@ def _start_request(*, member: Member, reason: str) -> None:
     Member.objects.filter(pk=member.pk).update(start_requested_at=timezone.now())
 
 
+def _start_reason(status: str) -> str:
+    """A member that never ran (provisioning, or failed to provision) is provisioned; others resumed."""
+    return "provision" if status in (Status.PROVISIONING, Status.FAILED) else "resume"
+
+
 def _start_is_fresh(member: Member) -> bool:
     return member.start_requested_at is not None and timezone.now() - member.start_requested_at < timedelta(
         seconds=settings.STEERBOARD["REDELIVER_AFTER"]
@@ -235,7 +240,7 @@ def member_start(*, member_id: int) -> bool:
         if not host_connected(member.team_id):
             return False
         try:
-            _start_request(member=member, reason="provision" if status == Status.PROVISIONING else "resume")
+            _start_request(member=member, reason=_start_reason(status))
         except Exception:
             log.warning("could not ask a host to start %s", member, exc_info=True)
             return False
@@ -315,7 +320,7 @@ def _admission_attempt(*, target: Member, status: str, has_host: bool | None, pe
     elif not has_host:
         raise faults.TemporaryDeliveryError(f"{target.name} is {status} and no host is connected to resume it")
     elif not _start_is_fresh(target):
-        _start_request(member=target, reason="provision" if status == Status.PROVISIONING else "resume")
+        _start_request(member=target, reason=_start_reason(status))
 
 
 def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str) -> None:

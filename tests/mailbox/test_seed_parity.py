@@ -1,6 +1,8 @@
 """Team semantics the seed pins down (issue 18), over the real ASGI app: the spawn
 prompt as the teammate's first turn, wait_agent on task changes, failed members."""
 import asyncio
+import io
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.management import call_command
 
 from mailbox import tools
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
@@ -23,6 +26,13 @@ def inbox_of(name: str) -> list[tuple]:
     return list(
         TeamMessage.objects.filter(target__name=name).order_by("seq").values_list("seq", "kind", "state", "content")
     )
+
+
+@database_sync_to_async
+def operator() -> dict:
+    out = io.StringIO()
+    call_command("operator_create", "op", "--json", stdout=out)
+    return json.loads(out.getvalue())
 
 
 @database_sync_to_async
@@ -187,6 +197,21 @@ async def test_a_failed_member_takes_no_message_and_nothing_is_stored(api):
         body = response.json()
         assert body["error"]["code"] == "TEAM_TARGET_FAILED" and body["persisted"] is False
     assert await inbox_of("broken") == []
+
+    # An operator's retry asks a host to provision it again; once up it takes messages.
+    op = await operator()
+    retried = await api.http.post(
+        "/api/v1/teams/alpha/members/broken/retry", headers={"Authorization": f"Token {op['token']}"}
+    )
+    assert retried.status_code == 200, retried.text
+    start = await host.expect("start")
+    assert (start["member"], start["reason"]) == ("broken", "provision")
+    session = Agent(start["token"])
+    await session.connect("idle")
+    assert await phase_of("broken") == "active"
+    sent = await api.ok(team["lead"], "send_message", target="broken", message="welcome back")
+    assert sent["status"] == "accepted"
+    await session.close()
     await host.close()
 
 
