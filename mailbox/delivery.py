@@ -247,11 +247,15 @@ def member_start(*, member_id: int) -> bool:
     return True
 
 
-def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool = False) -> Admission | None:
+def target_admit(
+    *, target_id: int, redeliver: bool = False, skip_locked: bool = False, push: bool = True
+) -> Admission | None:
     """Admit every queued message of one target, in seq order.
 
     ``redeliver`` also pushes accepted-but-undelivered messages again (recovery).
     ``skip_locked`` returns None at once when another worker holds the target.
+    ``push=False`` admits a running or idle target's messages without steering
+    them: a hello's replay carries every undelivered message once, itself.
     """
     with transaction.atomic():
         # NO KEY UPDATE of the member row only (not the joined team): it serialises admission per
@@ -274,7 +278,7 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
             with contextlib.nullcontext() if pushes_only else transaction.atomic():
-                _admission_attempt(target=target, status=status, has_host=has_host, pending=pending)
+                _admission_attempt(target=target, status=status, has_host=has_host, pending=pending, push=push)
         except Exception as exc:  # temporary: inspection, resume or admission failed
             error = str(exc) or exc.__class__.__name__
             if not isinstance(exc, faults.TemporaryDeliveryError):
@@ -304,11 +308,13 @@ def target_admit(*, target_id: int, redeliver: bool = False, skip_locked: bool =
     return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
 
 
-def _admission_attempt(*, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage]) -> None:
+def _admission_attempt(
+    *, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage], push: bool = True
+) -> None:
     faults.inject("inspection")
     if status in (Status.RUNNING, Status.IDLE):
         faults.inject("admission")
-        for message in pending:
+        for message in pending if push else ():
             faults.inject("push")
             events.send_now(
                 target.session_channel,  # read under the row lock a hello's takeover also takes
@@ -1152,7 +1158,12 @@ def _admit_and_answer(message: TeamMessage) -> dict:
 
 
 def entry_record_submit(*, member: Member, entry: dict) -> asyncio.Future:
-    """entry_record through the writer: a future of whether the entry was new (False: folded)."""
+    """entry_record through the writer: a future of whether the entry was new (False: folded).
+    Raises TeamError at once, storing nothing, when the member's history quota refuses
+    the entry (mailbox/quota.py: in memory, no SQL)."""
+    from mailbox import quota
     from mailbox.db import writer
 
-    return writer().run(EntryJob(member=member, entry=entry))
+    job = EntryJob(member=member, entry=entry)
+    quota.entry_charge(member_id=member.pk, size=len(job.data))
+    return writer().run(job)

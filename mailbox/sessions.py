@@ -32,7 +32,8 @@ def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
         member, previous = member_session_set(member_id=member_id, state=state, channel=channel)
         _member_changed(member, previous)
     presence.session_attached(member_id=member_id, channel=channel)
-    delivery.target_admit(target_id=member_id, redeliver=False)
+    # Admitted here, steered by the replay below: each undelivered message once.
+    delivery.target_admit(target_id=member_id, redeliver=False, push=False)
     replay = [delivery.message_wire(m, target_name=member.name) for m in delivery.undelivered_for(member=member)]
     if state == SessionState.IDLE:
         prompts_dispatch(member_id=member_id, fresh_session=True)

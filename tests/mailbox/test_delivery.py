@@ -179,3 +179,19 @@ async def test_a_host_that_connects_resumes_a_member_whose_session_died_mid_turn
     assert (start["member"], start["reason"]) == ("implementer", "resume")
     assert await host.nothing("start")
     await host.close()
+
+
+async def test_a_hello_replays_each_undelivered_message_exactly_once(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    sent = [
+        (await api.ok(team["lead"], "send_message", target="implementer", message=f"m{i}"))["message_id"]
+        for i in range(3)
+    ]
+    agent = Agent(impl)
+    welcome = await agent.connect("idle")
+    assert welcome["replay"] == 3
+    steered = [(await agent.expect("steer"))["message"]["id"] for _ in range(3)]
+    assert steered == sent
+    assert await agent.nothing("steer", timeout=1.0), "a replayed message was steered twice"
+    await agent.close()
