@@ -9,6 +9,7 @@ reached page by page (``frontend.views.member_messages``, the operator API).
 import json
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -78,21 +79,51 @@ def _short(value) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def entry_view(row: HistoryEntry) -> dict:
+def entry_view(row: HistoryEntry, sources: "EntrySources") -> dict:
+    """One entry as the timeline shows it. Who sent a steered message and who wrote a
+    prompt come from the server's records (``sources``), never from the entry: a
+    session reports its entries itself, so ``source.sender`` and ``author`` in them
+    are only its claim. A reference that is no message or prompt to this member is
+    shown ``verified: false`` with no sender or author."""
     data = row.data if isinstance(row.data, dict) else {}
     text = _text_of(row.kind, data)
     if len(text) > ENTRY_TEXT_LIMIT:
         text = text[: ENTRY_TEXT_LIMIT - 1] + "…"
     out = {"id": row.entry_id, "kind": row.kind, "text": text, "at": _iso(row.created_at)}
-    source = data.get("source") if isinstance(data.get("source"), dict) else None
     if row.message_id:
         out["message_id"] = row.message_id
-        out["sender"] = (source or {}).get("sender")
-    if row.prompt_id:
-        out["prompt_id"] = row.prompt_id
-    if row.kind == EntryKind.PROMPT and isinstance(data.get("author"), str):
-        out["author"] = data["author"]
+        found = sources.messages.get((row.member_id, row.message_id))
+        out["verified"] = found is not None
+        out["sender"] = found[0] if found else None
+        if found:
+            out["message_kind"] = found[1]
+    if row.kind == EntryKind.PROMPT:
+        if row.prompt_id:
+            out["prompt_id"] = row.prompt_id
+        author = sources.prompts.get((row.member_id, row.prompt_id)) if row.prompt_id else None
+        out["verified"] = author is not None
+        if author is not None:
+            out["author"] = author
     return out
+
+
+class EntrySources:
+    """The messages and prompts a batch of history entries name, read in two queries
+    (whatever the number of entries or members), keyed by (member id, id): only a
+    message or prompt addressed to that member counts."""
+
+    def __init__(self, rows: list[HistoryEntry]):
+        message_ids = {r.message_id for r in rows if r.message_id}
+        prompt_ids = {r.prompt_id for r in rows if r.prompt_id and r.kind == EntryKind.PROMPT}
+        self.messages: dict[tuple[int, str], tuple[str, str]] = {}
+        self.prompts: dict[tuple[int, str], str] = {}
+        if message_ids:
+            found = TeamMessage.objects.filter(pk__in=message_ids).values_list("pk", "target_id", "sender__name", "kind")
+            self.messages = {(target, pk): (sender, kind) for pk, target, sender, kind in found}
+        if prompt_ids:
+            username = f"author__{get_user_model().USERNAME_FIELD}"
+            found = HumanPrompt.objects.filter(pk__in=prompt_ids).values_list("pk", "target_id", username)
+            self.prompts = {(target, pk): author for pk, target, author in found}
 
 
 def _step_of(data: dict, default: int) -> int:
@@ -100,13 +131,20 @@ def _step_of(data: dict, default: int) -> int:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else default
 
 
-def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict], dict | None]:
+def timeline_build(
+    rows: list[HistoryEntry], *, status: str, sources: EntrySources | None = None
+) -> tuple[list[dict], dict | None]:
     """Group history entries (oldest first) into turns and steps; return (turns, current turn).
+
+    ``sources``: the messages and prompts the entries name, when the caller read
+    them for several members at once; otherwise they are read here.
 
     Entries carry ``turn_id`` and ``step`` by convention; without them a
     ``turn_start`` or a human ``prompt`` opens a new turn. A turn that holds a
     ``prompt`` entry is a prompt turn: the Queue adapter starts each one on its own.
     """
+    if sources is None:
+        sources = EntrySources(rows)
     turns: list[dict] = []
     current: dict | None = None
     for row in rows:
@@ -145,7 +183,7 @@ def timeline_build(rows: list[HistoryEntry], *, status: str) -> tuple[list[dict]
             bucket = {"step": step, "entries": []}
             current["steps"].append(bucket)
             current["steps"].sort(key=lambda s: s["step"])
-        bucket["entries"].append(entry_view(row))
+        bucket["entries"].append(entry_view(row, sources))
         if row.kind == EntryKind.PROMPT:
             current["kind"] = "prompt"
             current["prompt_id"] = row.prompt_id
@@ -206,13 +244,20 @@ def _team_snapshot(*, team: Team) -> dict:
         .select_related("author", "target")
         .order_by("created_at")[:PROMPT_WINDOW]
     )
-    members = []
-    for member in team_selectors.member_list(team_id=team.pk):
-        status = member.status
-        messages, latency = _messages_for(member)
+    roster = list(team_selectors.member_list(team_id=team.pk))
+    histories = {}
+    for member in roster:
         rows = list(HistoryEntry.objects.filter(member=member).order_by("-id")[:HISTORY_WINDOW])
         rows.reverse()
-        turns, current_turn = timeline_build(rows, status=status)
+        histories[member.pk] = rows
+    # Who sent / wrote what the entries name: two reads for the whole team, not one per entry.
+    sources = EntrySources([row for rows in histories.values() for row in rows])
+    members = []
+    for member in roster:
+        status = member.status
+        messages, latency = _messages_for(member)
+        rows = histories[member.pk]
+        turns, current_turn = timeline_build(rows, status=status, sources=sources)
         members.append(
             {
                 **team_selectors.member_out(member),

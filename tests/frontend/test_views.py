@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from frontend import selectors
 from frontend.markdown import markdown_html
-from mailbox.models import HistoryEntry, MessageState, TeamMessage
+from mailbox.models import HistoryEntry, HumanPrompt, MessageState, TeamMessage
 from teams import services as team_services
 from teams.models import Member
 
@@ -213,10 +213,12 @@ def test_markdown_is_rendered_and_raw_html_stays_text(payload, absent):
 
 def test_timeline_summarises_tool_calls_results_errors_and_why_a_turn_ended():
     team, lead, impl = _team()
+    # The author shown is the prompt's (the server's record), not what the entry claims.
+    prompt = HumanPrompt.objects.create(team=team, target=impl, author=_user("op", operator=True), content="go")
     _entries(
         impl,
         ("turn_start", {"turn_id": "t", "step": 0, "cause": "prompt"}),
-        ("prompt", {"turn_id": "t", "step": 0, "prompt_id": "p-1", "author": "op", "text": "go"}),
+        ("prompt", {"turn_id": "t", "step": 0, "prompt_id": prompt.id, "author": "someone-else", "text": "go"}),
         ("tool_call", {"turn_id": "t", "step": 0, "tool": "team_task_get", "arguments": {"task_id": "task-1"}}),
         ("tool_result", {"turn_id": "t", "step": 0, "tool": "team_task_get", "result": {"task": {"id": "task-1"}}}),
         ("tool_result", {"turn_id": "t", "step": 0, "tool": "team_task_get", "error": {"code": "TASK_NOT_FOUND"}}),

@@ -274,13 +274,31 @@ function messageItem(team, m, canAct) {
     body);
 }
 
+// Sender and author come from the server's own message and prompt records (the
+// snapshot's `sender`, `author`, `message_kind`, `verified`), never from what the
+// session reported; a reference to no message or prompt of this member is "unverified".
+function steeredLabel(e) {
+  if (!e.verified) return "team message (unverified sender)";
+  return e.message_kind === "spawn_prompt" ? `spawn prompt from ${e.sender}` : `steered from ${e.sender}`;
+}
+
+function promptLabel(e) {
+  if (e.verified) return `prompt from ${e.author}`;
+  return e.prompt_id ? "prompt (unverified author)" : "human prompt";
+}
+
 function entryItem(e) {
   const label = {
-    user_message: e.message_id ? `steered from ${e.sender || "a teammate"}` : "user", prompt: e.author ? `prompt from ${e.author}` : "human prompt",
+    user_message: e.message_id ? steeredLabel(e) : "user", prompt: promptLabel(e),
     assistant_text: "assistant", tool_call: "tool call", tool_result: "tool result",
     turn_start: "turn started", turn_end: "turn ended",
   }[e.kind] || e.kind;
-  return h("li", { class: `entry kind-${e.kind}`, "data-entry-kind": e.kind, "data-entry-message-id": e.message_id || null, "data-entry-prompt-id": e.prompt_id || null },
+  const checked = e.message_id || e.kind === "prompt";
+  return h("li", { class: `entry kind-${e.kind}`, "data-entry-kind": e.kind, "data-entry-message-id": e.message_id || null, "data-entry-prompt-id": e.prompt_id || null,
+    "data-entry-verified": checked ? String(Boolean(e.verified)) : null,
+    "data-entry-message-kind": e.message_id && e.verified ? e.message_kind : null,
+    "data-entry-sender": e.message_id && e.verified ? e.sender : null,
+    "data-entry-author": e.kind === "prompt" && e.verified ? e.author : null },
     h("span", { class: "entry-kind" }, label), e.text ? h("span", { class: "entry-text" }, e.text) : null,
     h("time", { datetime: e.at, class: "muted" }, clock(e.at)));
 }
