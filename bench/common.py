@@ -72,6 +72,12 @@ class Bench:
             "STEERBOARD_HEARTBEAT_INTERVAL": "2",
             "STEERBOARD_SWEEP_INTERVAL": "1",
             "STEERBOARD_REDELIVER_AFTER": "5",
+            # A load run sends thousands of requests a second from a few tokens: per-token
+            # and per-member limits (mailbox/quota.py) far above what it sends.
+            "STEERBOARD_RATE_LIMIT_PER_SECOND": "1000000",
+            "STEERBOARD_RATE_LIMIT_BURST": "1000000",
+            "STEERBOARD_HISTORY_BYTES_PER_MINUTE": "10000000000",
+            "STEERBOARD_MAX_ENTRIES_PER_REQUEST": "100000",
             "LOG_LEVEL": "ERROR",
         }
         defaults.update(settings_env)

@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from mailbox.api import tool_calls  # noqa: E402
 from mailbox.mcp_server import mcp_app  # noqa: E402
+from teams.errors import TeamError  # noqa: E402
 
 
 class RequestThreads:
@@ -149,11 +150,34 @@ def body_limits(app):
     return limited
 
 
+async def _rate_limited(scope, send, path: str) -> bool:
+    """Each bearer token's request rate on the agents' API and /mcp (mailbox/quota.py):
+    past it 429 ``RATE_LIMITED`` with the limit and Retry-After, before the body is read.
+    A request without a token goes on (the endpoint answers it)."""
+    from mailbox import quota
+    from mailbox.auth import bearer_from_headers
+
+    token = bearer_from_headers(scope.get("headers", ()))
+    if not token:
+        return False
+    try:
+        quota.request_charge(quota.token_key(token))
+    except TeamError as exc:
+        if path == "/api/v1/tools/send_message":
+            exc.extra["persisted"] = False
+        retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
+        await _refuse(send, exc.http_status, exc.as_wire(), retry)
+        return True
+    return False
+
+
 async def http_app(scope, receive, send):
     """A tool call is a plain ASGI app (mailbox/api/tool_calls.py); /mcp is the Team
     tools' MCP endpoint (mailbox/mcp_server.py); the agents' other bearer-token
     endpoints skip the browser middleware; every other path is Django's."""
     path = scope.get("path", "")
+    if path.startswith(MEMBER_BODY_PREFIXES) and await _rate_limited(scope, send, path):
+        return
     if tool_calls.handles(scope):  # the agents' tool calls: no Django request cycle at all
         return await tool_calls.app(scope, receive, send)
     if path == "/mcp" or path.startswith("/mcp/"):

@@ -241,6 +241,15 @@ STEERBOARD = {
     "MAX_TASKS_PER_TEAM": _env_limit("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
     # wait_agent calls one member may have waiting at once in one server process.
     "MAX_WAITS_PER_MEMBER": _env_limit("STEERBOARD_MAX_WAITS_PER_MEMBER", 4),
+    # History quota per member, in each server process (mailbox/quota.py): bytes of one
+    # entry's JSON, entries in one request (or unacknowledged on one socket), bytes a minute.
+    "MAX_ENTRY_BYTES": _env_limit("STEERBOARD_MAX_ENTRY_BYTES", 256 * 1024),
+    "MAX_ENTRIES_PER_REQUEST": _env_limit("STEERBOARD_MAX_ENTRIES_PER_REQUEST", 100),
+    "HISTORY_BYTES_PER_MINUTE": _env_limit("STEERBOARD_HISTORY_BYTES_PER_MINUTE", 8 * 1024 * 1024),
+    # Requests a second per bearer token on the agents' API, /mcp and websocket tool
+    # frames, with bursts up to RATE_LIMIT_BURST, in each server process.
+    "RATE_LIMIT_PER_SECOND": _env_limit("STEERBOARD_RATE_LIMIT_PER_SECOND", 50),
+    "RATE_LIMIT_BURST": _env_limit("STEERBOARD_RATE_LIMIT_BURST", 300),
     # Seconds between recovery sweeps in each server process; 0 turns the
     # in-process sweeper off (run `manage.py sweep --loop` instead).
     "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),

@@ -14,8 +14,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import delivery, events, outage, sessions, sweeper, tools, wire
-from mailbox.auth import host_team_from_headers, member_of_request
+from mailbox import delivery, events, outage, quota, sessions, sweeper, tools, wire
+from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
 
@@ -172,7 +172,9 @@ class AgentConsumer(_JsonFrames):
         if self.member is None:
             await self.close(code=4401)
             return
+        self.rate_key = quota.token_key(bearer_from_headers(self.scope["headers"]))  # tool frames' request rate
         self.writes: collections.deque[asyncio.Future] = collections.deque()  # entries not yet committed, in order
+        self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
         self.outbox: collections.deque[dict] = collections.deque()
         self.flushing = False
@@ -229,7 +231,18 @@ class AgentConsumer(_JsonFrames):
     # --- entries and tool calls: through the writer, answered in commit order ---------------
     def _entry(self, entry: wire.Entry) -> None:
         # The writer's own future, not a task around it: the ack goes out from its callback.
-        write = delivery.entry_record_submit(member=self.member, entry=entry.as_stored())
+        try:
+            if len(self.writes) >= quota.entries_per_request():
+                raise quota.too_many_entries(len(self.writes) + 1)
+            write = delivery.entry_record_submit(member=self.member, entry=entry.as_stored())
+        except TeamError as exc:  # the history quota refused it: nothing stored; answered in its turn
+            exc.extra["entry_id"] = entry.id
+            refusal = {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
+            if self.writes:  # after the answers of the entries before it, as acks are ordered
+                self.refused_after.setdefault(self.writes[-1], []).append(refusal)
+            else:
+                self.push(refusal)
+            return
         self.writes.append(write)
         message_id = entry.source.message_id if entry.source and entry.source.kind == "team-message" else None
         write.add_done_callback(lambda done, e=entry.id, m=message_id: self._entry_done(done, e, m))
@@ -237,6 +250,7 @@ class AgentConsumer(_JsonFrames):
     def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
         with contextlib.suppress(ValueError):
             self.writes.remove(write)  # the oldest, unless the socket closed meanwhile
+        refused_next = self.refused_after.pop(write, ())  # entries refused by the quota right after this one
         if write.cancelled():
             return
         exc = write.exception()
@@ -250,6 +264,8 @@ class AgentConsumer(_JsonFrames):
         else:
             log.warning("storing an entry of %s failed", self.member, exc_info=exc)
             self.push({"type": "session.frame", "frame": _error(ErrorCode.SERVER_ERROR, "Storing that entry failed; send it again.")})
+        for refusal in refused_next:
+            self.push(refusal)
 
     async def _writes_committed(self) -> None:
         while self.writes:
@@ -262,6 +278,13 @@ class AgentConsumer(_JsonFrames):
                 f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; wait for some results.",
             )
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
+            return
+        try:
+            quota.request_charge(self.rate_key)
+        except TeamError as exc:
+            if frame.name == "send_message":
+                exc.extra["persisted"] = False
+            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
             return
         task = asyncio.ensure_future(self._tool_run(frame))
         self.tool_calls.add(task)

@@ -6,19 +6,20 @@
   session gets the same delivered guarantee as a connected one.
 - ``GET /api/v1/tools/policy``: the team policy for members' instructions.
 """
+import json
+
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import TypeAdapter, ValidationError
 
-from mailbox import policy, selectors, sessions, sweeper, wire
+from mailbox import policy, quota, selectors, sessions, sweeper, wire
 from mailbox.api.errors import error_json, too_large_body
 from mailbox.api.tools import _member, _method, tool_invoke
 from mailbox.db import database_sync_to_async
 from mailbox.tools import validation_summary
 from teams.errors import ErrorCode, TeamError
 
-MAX_ENTRIES = 100
 _entries = TypeAdapter(list[wire.Entry])
 
 
@@ -89,16 +90,38 @@ async def session_entries(request):
                 ErrorCode.VALIDATION_ERROR, 'Send {"entries": [entry, ...]} or {"entry": entry}, entries as on the websocket.'
             )
         raw = body["entries"] if "entries" in body else [body["entry"]]
-        if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ENTRIES:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, f"entries is a list of 1-{MAX_ENTRIES} entries.")
+        limit = quota.entries_per_request()
+        if not isinstance(raw, list) or not raw:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, f"entries is a list of 1-{limit} entries.")
+        if len(raw) > limit:
+            raise quota.too_many_entries(len(raw))
         try:
             entries = _entries.validate_python(raw)
         except ValidationError as exc:
             raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
-        acks = await database_sync_to_async(entries_report)(member=member, entries=entries)
+        admitted, refusal = _quota_admitted(member=member, entries=entries)
+        acks = await database_sync_to_async(entries_report)(member=member, entries=admitted) if admitted else []
+        if refusal is not None:
+            refusal.extra["acks"] = acks  # the entries before the refused one are stored
+            raise refusal
     except TeamError as exc:
-        return error_json(exc)
+        response = error_json(exc)
+        if "retry_after" in exc.extra:
+            response["Retry-After"] = quota.retry_after_header(exc.extra["retry_after"])
+        return response
     return JsonResponse({"acks": acks})
+
+
+def _quota_admitted(*, member, entries: list[wire.Entry]) -> tuple[list[wire.Entry], TeamError | None]:
+    """The entries the member's history quota admits, in order, up to the first it refuses
+    (mailbox/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
+    for index, entry in enumerate(entries):
+        try:
+            quota.entry_charge(member_id=member.pk, size=len(json.dumps(entry.as_stored())))
+        except TeamError as exc:
+            exc.extra["entry_id"] = entry.id
+            return entries[:index], exc
+    return entries, None
 
 
 @csrf_exempt
