@@ -2,12 +2,13 @@ from django.conf import settings
 from django.urls import path
 
 from mailbox import sqlcount
-from mailbox.api import inbox, member_admin, operators, tools
+from mailbox.api import inbox, member_admin, operators, protocol, tools
 
 urlpatterns = [
     path("tools", tools.tools_list, name="tools-list"),
     path("tools/policy", inbox.tools_policy, name="tools-policy"),  # before tools/<name>; POST stays a tool call
     path("tools/<str:name>", tools.tool_invoke, name="tool-invoke"),
+    path("protocol/frames.json", protocol.frames, name="protocol-frames"),  # public, cacheable (docs/protocol.md)
     path("session/history", tools.session_history, name="session-history"),
     path("session/entries", inbox.session_entries, name="session-entries"),
     path("inbox", inbox.inbox, name="inbox"),

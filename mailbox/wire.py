@@ -197,3 +197,166 @@ class StartFailed(BaseModel):
 
 
 HostFrame = TypeAdapter(Annotated[Union[Started, StartFailed], Field(discriminator="type")])
+
+
+# --- what the server sends (docs/protocol.md) ----------------------------------------------
+# These models describe the frames the consumers build; they are published as JSON
+# Schema (``frame_schemas``, GET /api/v1/protocol/frames.json) and a test checks real
+# frames against them. Server frames allow fields beyond those named here: the
+# contract grows by adding, and a client ignores what it does not know.
+ErrorCodeText = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]*$")]
+
+
+class _ServerFrame(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    code: ErrorCodeText = Field(description="UPPER_SNAKE; docs/protocol.md lists the codes")
+    message: str = Field(description="what happened and what to do")
+
+
+class Welcome(_ServerFrame):
+    type: Literal["welcome"]
+    member: str
+    team: str
+    replay: int = Field(ge=0, description="how many steer frames follow at once: each undelivered message once")
+
+
+class SteerMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    sender: str
+    target: str
+    content: str
+    seq: int = Field(ge=1, description="increases by one per target; a gap means a replay is coming")
+    created_at: str = Field(description="ISO 8601 UTC")
+    thread_id: str
+    kind: Literal["message", "spawn_prompt"]
+
+
+class Steer(_ServerFrame):
+    type: Literal["steer"]
+    message: SteerMessage
+
+
+class HumanPrompt(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    author: str
+    content: str
+
+
+class PromptFrame(_ServerFrame):
+    type: Literal["prompt"]
+    prompt: HumanPrompt
+
+
+class Interrupt(_ServerFrame):
+    type: Literal["interrupt"]
+
+
+class Ack(_ServerFrame):
+    type: Literal["ack"]
+    entry_id: str
+    folded: bool = Field(description="true: the history already held this entry (or its team message)")
+
+
+class ErrorFrame(_ServerFrame):
+    type: Literal["error"]
+    error: ErrorBody
+
+
+class ToolResult(_ServerFrame):
+    """The answer to a ``tool`` frame: ``result`` (REST's 200 body) or ``error``
+    (REST's error body, with its extra fields such as ``persisted``)."""
+
+    model_config = ConfigDict(
+        extra="allow", json_schema_extra={"oneOf": [{"required": ["result"]}, {"required": ["error"]}]}
+    )
+    type: Literal["tool_result"]
+    id: str
+    result: dict[str, Any] | None = None
+    error: ErrorBody | None = None
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> "ToolResult":
+        if (self.result is None) == (self.error is None):
+            raise ValueError("a tool_result carries either result or error")
+        return self
+
+
+class Start(_ServerFrame):
+    type: Literal["start"]
+    member: str
+    token: str
+    reason: Literal["provision", "resume"]
+
+
+class Ping(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["ping"]
+
+
+class Subscribed(_ServerFrame):
+    type: Literal["subscribed"]
+    team: str | None = Field(description="null on the team list's socket")
+
+
+class TeamChanged(_ServerFrame):
+    type: Literal["team.changed"]
+    kind: str = Field(description="what changed (message, entry, member, task, prompt, ...); re-read the snapshot")
+
+
+class Pong(_ServerFrame):
+    type: Literal["pong"]
+
+
+def _union(*models):
+    return TypeAdapter(Annotated[Union[models], Field(discriminator="type")])
+
+
+# socket -> (path, frames the client sends, frames the server sends)
+FRAMES = {
+    "agent": ("/ws/agent/", (Hello, StatusFrame, EntryFrame, ToolFrame),
+              (Welcome, Steer, PromptFrame, Interrupt, Ack, ToolResult, ErrorFrame)),
+    "host": ("/ws/host/", (Started, StartFailed), (Start, ErrorFrame)),
+    "dashboard": ("/ws/dashboard/<team>/ and /ws/dashboard/", (Ping,), (Subscribed, TeamChanged, Pong, ErrorFrame)),
+}
+SERVER_FRAME = {name: _union(*server) for name, (_, _, server) in FRAMES.items()}
+
+
+def frame_schemas() -> dict:
+    """One JSON Schema document (draft 2020-12) for every websocket frame, both ways.
+
+    ``$defs`` holds each frame's model and, per socket and direction, a union named
+    ``<Socket>ClientFrame`` / ``<Socket>ServerFrame`` (``oneOf`` tagged by ``type``);
+    ``sockets`` maps each socket's path to those two. Generated from the models above."""
+    from pydantic.json_schema import models_json_schema
+
+    models = sorted({m for _, client, server in FRAMES.values() for m in (*client, *server)}, key=lambda m: m.__name__)
+    _, top = models_json_schema([(m, "validation") for m in models], ref_template="#/$defs/{model}")
+    defs = top["$defs"]
+    sockets = {}
+    for name, (path, client, server) in FRAMES.items():
+        refs = {}
+        for side, members in (("client", client), ("server", server)):
+            union = f"{name.capitalize()}{side.capitalize()}Frame"
+            defs[union] = {
+                "oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in members],
+                "discriminator": {
+                    "propertyName": "type",
+                    "mapping": {m.model_fields["type"].annotation.__args__[0]: f"#/$defs/{m.__name__}" for m in members},
+                },
+            }
+            refs[side] = {"$ref": f"#/$defs/{union}"}
+        sockets[name] = {"path": path, **refs}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Steerboard websocket frames",
+        "description": "Every frame of /ws/agent/, /ws/host/ and /ws/dashboard/, both ways (docs/protocol.md). "
+        "Validate a frame against sockets.<socket>.<client|server>.",
+        "sockets": sockets,
+        "$defs": dict(sorted(defs.items())),
+    }
