@@ -13,6 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from django.views.static import serve
 
+from accounts.authentication import token_or_login_required
 from frontend import selectors
 from mailbox.api.permissions import is_operator
 from mailbox.models import MessageState
@@ -82,7 +83,7 @@ def team_page(request, team):
 
 
 @require_GET
-@login_required
+@token_or_login_required  # scripts: Authorization: Token <operator token> (docs/api.md)
 @never_cache
 def team_snapshot_json(request, team):
     found = _team_or_404(team)

@@ -70,7 +70,7 @@ def _limit(name: str) -> int:
 
 
 def message_wire(message: TeamMessage, *, sender_name: str | None = None, target_name: str | None = None) -> dict:
-    """The message as a `steer` event carries it (protocol.md)."""
+    """The message as a `steer` event carries it (docs/protocol.md)."""
     return {
         "id": message.id,
         "sender": sender_name or message.sender.name,

@@ -1,5 +1,6 @@
-"""Pydantic models of the websocket frames (protocol.md). Every inbound frame is
-validated here before a service sees it.
+"""Pydantic models of the websocket frames (docs/protocol.md). Every inbound frame is
+validated here before a service sees it; the frames the server sends are modelled
+too, and published as JSON Schema (``frame_schemas``).
 
 ``json_loads`` is the one JSON parser of everything a client sends (REST bodies,
 websocket frames; ``value_check`` for what MCP parsed itself): it refuses, with

@@ -40,7 +40,7 @@ class SessionState(models.TextChoices):
 
 
 class Status(models.TextChoices):
-    """What protocol.md calls a member's status: its phase, or, once active, its session state."""
+    """What docs/protocol.md calls a member's status: its phase, or, once active, its session state."""
 
     PROVISIONING = "provisioning"
     RUNNING = "running"

@@ -1,7 +1,7 @@
 """A scripted agent session over the real wire (the `websockets` client), for
 multi-process, crash-window and load runs against real daphne processes.
 
-It behaves as protocol.md asks of a session: hello first; integrate steers in
+It behaves as docs/protocol.md asks of a session: hello first; integrate steers in
 ``seq`` order, holding back a message that arrives after a gap until the
 replay fills it; report one ``user_message`` entry per team message (entry id
 derived from the message id, so a resent entry folds); resend every entry not
