@@ -92,6 +92,7 @@ HTTP_STATUS = {
     "VALIDATION_ERROR": 400,
     "TEAM_SELF_MESSAGE": 400,
     "SERVER_ERROR": 500,
+    "SERVICE_UNAVAILABLE": 503,
 }
 
 
@@ -256,7 +257,9 @@ class ServerClient:
                     crash_point(name)
                     return answer["result"]
                 error = _error_of_frame(answer)
-                if error.code != "SERVER_ERROR":
+                # SERVICE_UNAVAILABLE (the server cannot reach its database) is no refusal either:
+                # over REST a 5xx is sent again until it is answered.
+                if error.code not in ("SERVER_ERROR", "SERVICE_UNAVAILABLE"):
                     return await self._refused(name, arguments, error, repeat)
                 log.warning("tool %s over the websocket: the server failed; repeating it over REST", name)
                 ambiguous = True

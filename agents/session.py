@@ -285,6 +285,11 @@ class AgentSession:
             if self._tools is not None:
                 self._tools.answer(frame)
         elif kind == "error":
+            if (frame.get("error") or {}).get("code") == "SERVICE_UNAVAILABLE":
+                # The server cannot reach its database: it closes the socket next (4503).
+                # Nothing is refused: every unacknowledged entry goes again after the next welcome.
+                log.warning("the server cannot reach its database; reconnecting")
+                return
             if not self.connected.is_set() and self._tools is not None and self._tools.refused():
                 log.info("the server takes no tool calls on the websocket (%s): they go over REST", frame.get("error"))
                 return

@@ -1,0 +1,80 @@
+"""An SDK session through a PostgreSQL outage in the middle of a turn: its entries
+meet SERVICE_UNAVAILABLE (an error frame, then close 4503) and its tool calls 503s;
+when the database is back every entry of the turn is in the stored history, once,
+in order, and every tool call has its result.
+
+A PostgreSQL cluster of its own (tests/support/services.py) that the test stops;
+it runs in the PostgreSQL run of scripts/test.sh.
+"""
+import asyncio
+import os
+
+import pytest
+
+from agents import AgentSession, ModelReply, StepContext, ToolCall
+from tests.agents.support import Team
+from tests.agents.test_session_folding import until
+from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.services import PrivatePostgres, PrivateRedis
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="stops a PostgreSQL cluster of its own: runs once, in the PostgreSQL run of scripts/test.sh",
+    ),
+]
+STEPS = 12
+
+
+class SlowScript:
+    """A turn of STEPS steps, a quarter of a second each, each calling list_agents."""
+
+    async def step(self, context: StepContext) -> ModelReply:
+        await asyncio.sleep(0.25)
+        if context.step < STEPS:
+            return ModelReply(text=f"step {context.step}", tool_calls=[ToolCall("list_agents", {})])
+        return ModelReply(text="done")
+
+
+@pytest.fixture
+def own_database(tmp_path, monkeypatch):
+    pg = PrivatePostgres().start()
+    redis = PrivateRedis().start()
+    monkeypatch.setenv("DATABASE_URL", pg.url)
+    monkeypatch.setenv("REDIS_URL", redis.url)
+    environment = LiveEnvironment(tmp_path, scale_out=True)
+    server = DaphneProcess(environment).start()
+    yield environment, server, pg
+    server.stop()
+    environment.close()
+    redis.close()
+    pg.close()
+
+
+async def test_a_turn_through_a_database_outage_loses_no_entry(own_database):
+    environment, server, pg = own_database
+    team = Team(environment, server, "outage")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
+    assert spawned.status_code == 200
+    session = AgentSession(server.url, await asyncio.to_thread(team.token, "worker"), SlowScript(), max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        await asyncio.to_thread(team.prompt, "worker", "go")
+        await until(lambda: sum(e["kind"] == "tool_result" for e in session.entries) >= 2, "the turn under way")
+        connects = session.stats["connects"]
+        await asyncio.to_thread(pg.stop, "fast")
+        await asyncio.sleep(2)
+        await asyncio.to_thread(pg.start)
+        await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set()
+                    and not session._unacked, "the turn's end, every entry acknowledged", timeout=60)
+        assert session.stats["connects"] > connects, "the outage reached the session (4503, then a reconnect)"
+        history = await asyncio.to_thread(team.history, "worker")
+    finally:
+        await session.stop()
+        await asyncio.gather(running, return_exceptions=True)
+    stored = [e["id"] for e in history]
+    assert stored == [e["id"] for e in session.entries], "every entry of the session is stored, once, in order"
+    results = [e for e in history if e["kind"] == "tool_result"]
+    assert len(results) == STEPS and all("result" in e for e in results), results
