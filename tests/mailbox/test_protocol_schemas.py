@@ -145,3 +145,51 @@ async def test_frames_the_server_sends_validate_against_the_schemas(api):
     await host.close()
 
     assert set(seen) == {"start", "error", "welcome", "steer", "ack", "tool_result", "prompt", "interrupt"}
+
+
+@database_sync_to_async
+def browser_session() -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_user("viewer", password="pw"))
+    return client.cookies["sessionid"].value
+
+
+async def test_dashboard_frames_validate_against_the_schemas(api):
+    from channels.testing import WebsocketCommunicator
+
+    from config.asgi import application
+
+    document = await served(api)
+    server_frames, client_frames = validator(document, "dashboard", "server"), validator(document, "dashboard", "client")
+    team = await team_new()
+    session = await browser_session()
+    socket = WebsocketCommunicator(
+        application, "/ws/dashboard/alpha/",
+        headers=[(b"host", b"testserver"), (b"origin", b"http://testserver"), (b"cookie", f"sessionid={session}".encode())],
+    )
+    connected, _ = await socket.connect()
+    assert connected
+
+    def check(frame: dict) -> dict:
+        errors = [e.message for e in server_frames.iter_errors(frame)]
+        assert not errors, (frame, errors)
+        wire.SERVER_FRAME["dashboard"].validate_python(frame)
+        return frame
+
+    assert check(await socket.receive_json_from(timeout=5)) == {"type": "subscribed", "team": "alpha"}
+    await api.ok(team["lead"], "spawn_teammate", name="impl", description="the impl", prompt="")
+    assert check(await socket.receive_json_from(timeout=5))["type"] == "team.changed"
+    assert client_frames.is_valid({"type": "ping"})
+    await socket.send_json_to({"type": "ping"})
+    frame = check(await socket.receive_json_from(timeout=5))
+    while frame["type"] == "team.changed":
+        frame = check(await socket.receive_json_from(timeout=5))
+    assert frame == {"type": "pong"}
+    await socket.send_json_to({"type": "subscribe"})
+    frame = check(await socket.receive_json_from(timeout=5))
+    while frame["type"] == "team.changed":  # a late doorbell of the spawn
+        frame = check(await socket.receive_json_from(timeout=5))
+    assert frame["type"] == "error" and frame["error"]["code"] == "VALIDATION_ERROR"
+    await socket.disconnect()
