@@ -13,6 +13,17 @@ def _faults_disarmed():
 
 
 @pytest.fixture(autouse=True)
+def _quota_buckets_empty():
+    """Each test starts with full quota and rate buckets (mailbox/quota.py): member ids
+    are reused by the next test's database, and one test's spending is not the next's."""
+    from mailbox import quota
+
+    quota.history.clear()
+    quota.requests.clear()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _process_registers_afresh(monkeypatch):
     """Each test's database starts without this process's heartbeat row. The
     process registers afresh; it must not take the missing row for a sign that
