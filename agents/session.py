@@ -285,6 +285,17 @@ class AgentSession:
             if self._tools is not None:
                 self._tools.answer(frame)
         elif kind == "error":
+            if (frame.get("error") or {}).get("code") == "HISTORY_QUOTA_EXCEEDED" and frame.get("entry_id") in self._unacked:
+                # The member's history quota (docs/operations.md): nothing was stored; send it
+                # again after the pause the server names. Its waiter (the turn) waits meanwhile.
+                entry_id = frame["entry_id"]
+                with contextlib.suppress(ValueError):
+                    self._inflight.remove(entry_id)
+                pause = float(frame.get("retry_after") or 1.0)
+                log.warning("history quota: entry %s goes again in %.1f s", entry_id, pause)
+                self.stats["quota_waits"] = self.stats.get("quota_waits", 0) + 1
+                asyncio.get_running_loop().call_later(pause, lambda: asyncio.ensure_future(self._resend(entry_id)))
+                return
             if (frame.get("error") or {}).get("code") == "SERVICE_UNAVAILABLE":
                 # The server cannot reach its database: it closes the socket next (4503).
                 # Nothing is refused: every unacknowledged entry goes again after the next welcome.
@@ -302,6 +313,17 @@ class AgentSession:
                     waiter.set_exception(ToolError(**{k: frame["error"].get(k, "") for k in ("code", "message")}))
                 elif entry is not None:
                     log.warning("entry %s was refused", entry_id)
+
+    async def _resend(self, entry_id: str) -> None:
+        """Send an unacknowledged entry again (after a quota pause); without a connection the
+        next welcome resends it with the others."""
+        entry = self._unacked.get(entry_id)
+        if entry is None or not self.connected.is_set() or self._ws is None or entry_id in self._inflight:
+            return
+        self._inflight.append(entry_id)
+        if not await self._send({"type": "entry", "entry": entry}):
+            with contextlib.suppress(ValueError):
+                self._inflight.remove(entry_id)
 
     def _acked(self, entry_id: str, *, folded: bool) -> None:
         self._unacked.pop(entry_id, None)

@@ -1,0 +1,61 @@
+"""Issue 12, item 9, against a real daphne process: an AgentSession whose entry is
+refused by the member's history quota (HISTORY_QUOTA_EXCEEDED, with its entry_id and
+retry_after) sends it again after that pause instead of losing it, so the history
+ends up whole, only slower."""
+import asyncio
+
+import pytest
+
+from agents import AgentSession, ModelReply, StepContext
+from tests.agents.support import Team
+from tests.support.live import DaphneProcess
+
+pytestmark = pytest.mark.e2e
+
+
+class ShortModel:
+    async def step(self, context: StepContext) -> ModelReply:
+        return ModelReply(text="ok")
+
+
+async def until(predicate, what, timeout=60):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(live_env):
+    # 6000 bytes a minute: 100 bytes a second after the first 6000.
+    server = DaphneProcess(live_env, STEERBOARD_HISTORY_BYTES_PER_MINUTE="6000").start()
+    try:
+        team = Team(live_env, server, "quota")
+        spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
+        assert spawned.status_code == 200
+        session = AgentSession(server.url, await asyncio.to_thread(team.token, "worker"), ShortModel(), max_backoff=0.3)
+        running = asyncio.create_task(session.run())
+        try:
+            await asyncio.wait_for(session.connected.wait(), 30)
+            sent = []
+            for i in range(3):  # about 2 100 bytes of history each: the third waits for the quota
+                answer = await asyncio.to_thread(
+                    team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * 2000
+                )
+                assert answer.status_code == 200, answer.text
+                sent.append(answer.json()["message_id"])
+
+            async def all_delivered():
+                history = await asyncio.to_thread(team.history, "worker")
+                held = {e.get("source", {}).get("message_id") for e in history if e["kind"] == "user_message"}
+                return set(sent) <= held and session.idle.is_set()
+
+            await until(all_delivered, "every message in the worker's history")
+            assert session.stats.get("quota_waits", 0) >= 1  # the quota did refuse, and the session waited
+            states = {m["id"]: m["state"] for m in await asyncio.to_thread(team.messages)}
+            assert [states[m] for m in sent] == ["delivered"] * 3
+        finally:
+            await session.stop()
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+    finally:
+        server.stop()
