@@ -206,7 +206,10 @@ class WireHost:
         previous = self.agents.get(name)
         if previous is not None:
             if previous._task is not None and not previous._task.done():
-                return  # still running: the start request is a repeat
+                # Still running: the start request is a repeat, whose new token revoked the
+                # one this agent has (teams/tokens.py); its next connect uses the new one.
+                previous.token = frame["token"]
+                return
             self.last_seq[name] = previous.last_seq
         agent = WireAgent(name, frame["token"], self.agent_urls, last_seq=self.last_seq.get(name, 0))
         if previous is not None:
