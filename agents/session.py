@@ -128,13 +128,18 @@ class AgentSession:
     async def run(self) -> None:
         """Run until stop() (or until the server refuses the token)."""
         if self.resume:
-            try:
-                history = await self.client.history()
-            except ToolError as exc:
-                await self.client.aclose()
-                if exc.status in (401, 403):
-                    raise SessionRefused(f"the server refused this session's token ({exc.code})")
-                raise
+            while True:
+                token = self.token
+                try:
+                    history = await self.client.history()
+                    break
+                except ToolError as exc:
+                    if exc.status in (401, 403) and self.token != token:
+                        continue  # a host's later start replaced the token meanwhile: try the new one
+                    await self.client.aclose()
+                    if exc.status in (401, 403):
+                        raise SessionRefused(f"the server refused this session's token ({exc.code})")
+                    raise
             self._restore(history)
         self._tasks = [
             asyncio.create_task(self._connection_loop(), name="session-connection"),
@@ -194,10 +199,11 @@ class AgentSession:
     async def _connection_loop(self) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
+            token = self.token
             try:
                 async with websockets.connect(
                     _ws_url(self.server),
-                    additional_headers={"Authorization": f"Bearer {self.token}"},
+                    additional_headers={"Authorization": f"Bearer {token}"},
                     open_timeout=10,
                     close_timeout=1,
                     max_queue=None,
@@ -213,7 +219,7 @@ class AgentSession:
                         await self._on_frame(json.loads(raw))
                         backoff = 0.1
             except InvalidStatus as exc:
-                if exc.response.status_code in (401, 403):
+                if exc.response.status_code in (401, 403) and self.token == token:
                     raise SessionRefused(f"the server refused this session's token ({exc.response.status_code})")
                 log.info("agent websocket refused: %s", exc)
             except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
