@@ -170,10 +170,11 @@ def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
 def _wait_snapshot(member: Member) -> tuple[bool, tuple]:
     """Whether another member is active, and what wait_agent wakes on: the others'
     statuses, the caller's inbox and the task board."""
-    others = tuple((m.name, m.status) for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk)
+    others = [m for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk]
     inbox = TeamMessage.objects.filter(target=member).aggregate(top=Max("seq"))["top"] or 0
     board = Task.objects.filter(team_id=member.team_id).aggregate(n=Count("id"), at=Max("updated_at"))
-    return selectors.members_active_peers(member=member), (others, inbox, board["n"], board["at"])
+    statuses = tuple((m.name, m.status) for m in others)
+    return any(map(selectors.member_is_active, others)), (statuses, inbox, board["n"], board["at"])
 
 
 async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:

@@ -1,7 +1,7 @@
 """Reads of the roster and the task board."""
 import base64
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Task, TaskStatus, Team
@@ -43,16 +43,10 @@ def member_out(member: Member) -> dict:
     return {"name": member.name, "role": member.role, "status": member.status, "description": member.description}
 
 
-def members_active_peers(*, member: Member) -> bool:
-    """True when another member is running or provisioning (wait_agent has someone to wait for)."""
-    return (
-        Member.objects.filter(team_id=member.team_id)
-        .exclude(pk=member.pk)
-        .filter(
-            Q(phase=Phase.PROVISIONING)
-            | Q(phase=Phase.ACTIVE, session_state=SessionState.RUNNING)
-        )
-        .exists()
+def member_is_active(member: Member) -> bool:
+    """Running or provisioning: someone wait_agent can wait for."""
+    return member.phase == Phase.PROVISIONING or (
+        member.phase == Phase.ACTIVE and member.session_state == SessionState.RUNNING
     )
 
 
@@ -88,7 +82,7 @@ def _scopes_overlap(a: str, b: str) -> bool:
 def tasks_out(tasks: list[Task], *, team_id: int) -> list[dict]:
     """The tasks as the tools show them, each open one warned of write scopes that
     overlap another open task's (one query for the board's open scopes)."""
-    scoped = [t for t in tasks if t.status in _OPEN and t.write_scopes]
+    scoped = {t.pk for t in tasks if t.status in _OPEN and t.write_scopes}
     board = []
     if scoped:
         board = list(
@@ -99,7 +93,7 @@ def tasks_out(tasks: list[Task], *, team_id: int) -> list[dict]:
     out = []
     for task in tasks:
         warnings = []
-        if task in scoped:
+        if task.pk in scoped:
             for number, scopes in board:
                 if number == task.number:
                     continue
