@@ -308,6 +308,15 @@ def target_admit(
     return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
 
 
+def target_retry(*, target: Member) -> Admission | None:
+    """An operator's retry: admit (and push again) everything undelivered for ``target``;
+    a member that failed to provision is asked for again, messages waiting or not."""
+    admission = target_admit(target_id=target.pk, redeliver=True)
+    if target.phase == Phase.FAILED:
+        member_start(member_id=target.pk)
+    return admission
+
+
 def _admission_attempt(
     *, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage], push: bool = True
 ) -> None:

@@ -16,7 +16,7 @@ from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthent
 from teams import selectors as team_selectors
 from teams import services as team_services
 from teams.errors import TeamError
-from teams.models import Phase, Team
+from teams.models import Team
 
 
 class ClientJSONParser(JSONParser):
@@ -127,10 +127,7 @@ class TargetRetryView(_Api):
             from teams.errors import ErrorCode, TeamError
 
             raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {member!r} on this team.")
-        admission = delivery.target_admit(target_id=found.pk, redeliver=True)
-        if found.phase == Phase.FAILED:
-            # A member that failed to provision is asked for again, messages waiting or not.
-            delivery.member_start(member_id=found.pk)
+        admission = delivery.target_retry(target=found)
         return Response(
             {
                 "target": found.name,
