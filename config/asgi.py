@@ -133,6 +133,8 @@ def body_limits(app):
                 retry = (b"retry-after", str(outage.RETRY_AFTER).encode())
                 await _refuse(send, 503, outage.unavailable_body(what), retry)
                 return
+            # The endpoint takes it from here instead of looking the token up again.
+            scope["steerboard.member"] = member
             if member is None:
                 message = "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
                 body = {"error": {"code": "UNAUTHENTICATED", "message": message}}

@@ -109,7 +109,9 @@ async def app(scope, receive, send) -> None:
             body = await _body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         except ConnectionResetError:
             return
-        result = await tool_request(name=name, headers=scope.get("headers", ()), body=body)
+        result = await tool_request(
+            name=name, headers=scope.get("headers", ()), body=body, member=scope.get("steerboard.member")
+        )
     except TeamError as exc:
         await _respond(send, exc.http_status, exc.as_wire())
         return

@@ -32,12 +32,13 @@ async def _member_of(headers):
     return member
 
 
-async def tool_request(*, name: str, headers, body: bytes | None) -> dict:
+async def tool_request(*, name: str, headers, body: bytes | None, member=None) -> dict:
     """One tool call over REST from its raw parts (``body`` None: over the upload
-    limit); raises TeamError for every refusal. Django's view below and the plain
-    ASGI app that serves POST (mailbox/api/tool_calls.py) both answer with it."""
+    limit; ``member``: the token's member when config/asgi.py already looked it up);
+    raises TeamError for every refusal. Django's view below and the plain ASGI app
+    that serves POST (mailbox/api/tool_calls.py) both answer with it."""
     extra = {"persisted": False} if name == "send_message" else {}
-    member = await _member_of(headers)
+    member = member or await _member_of(headers)
     if body is None:
         raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
     try:
