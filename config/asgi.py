@@ -1,5 +1,4 @@
 """ASGI entry point: HTTP goes to Django (and /mcp to the MCP endpoint), websockets to the Channels consumers."""
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -86,17 +85,8 @@ def _header(scope, name: bytes) -> bytes | None:
 
 
 async def _refuse(send, status: int, body: dict, *extra: tuple[bytes, bytes]) -> None:
-    payload = json.dumps(body).encode()
-    headers = [
-        *extra,
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        # The body is not read: the connection is not reused for another request.
-        (b"connection", b"close"),
-        *tool_calls._security_headers(),  # the headers Django's middleware would add
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})
+    # The body is not read: the connection is not reused for another request.
+    await tool_calls.respond_json(send, status, body, [*extra, (b"connection", b"close")])
 
 
 def body_limits(app):

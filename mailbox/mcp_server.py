@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 
 from mailbox import policy, sessions, sweeper, wire
 from mailbox.api.inbox import inbox_read
+from mailbox.api.tool_calls import respond_json
 from mailbox.auth import member_from_headers
 from mailbox.db import database_sync_to_async
 from mailbox.tools import TOOLS, tool_call
@@ -186,18 +187,6 @@ server = Server(
 )
 
 
-async def _respond(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
 def _host_allowed(scope) -> bool:
     host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
     domain, _ = split_domain_port(host)
@@ -240,22 +229,22 @@ class McpApp:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            return await _respond(send, 404, {"error": {"code": "NOT_FOUND", "message": "MCP is served over HTTP."}})
+            return await respond_json(send, 404, {"error": {"code": "NOT_FOUND", "message": "MCP is served over HTTP."}})
         if scope.get("method") != "POST":
             # Stateless: no standalone SSE stream (GET) and no session to end (DELETE).
-            return await _respond(
+            return await respond_json(
                 send,
                 405,
                 {"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST MCP messages to /mcp."}},
                 [(b"allow", b"POST")],
             )
         if not _host_allowed(scope):
-            return await _respond(
+            return await respond_json(
                 send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "That Host is not allowed."}}
             )
         member = await database_sync_to_async(member_from_headers)(scope.get("headers", []))
         if member is None:
-            return await _respond(
+            return await respond_json(
                 send,
                 401,
                 {"error": {"code": "UNAUTHENTICATED", "message": "Send 'Authorization: Bearer <member token>' "

@@ -75,7 +75,9 @@ def _host_allowed(scope) -> bool:
     return True
 
 
-async def _respond(send, status: int, body: dict, extra: list[tuple[bytes, bytes]] = ()) -> None:
+async def respond_json(send, status: int, body: dict, extra: list[tuple[bytes, bytes]] = ()) -> None:
+    """A JSON response straight over ASGI, with the headers Django's middleware would add
+    (the tool app, the header checks of config/asgi.py and /mcp answer with it)."""
     payload = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers + _security_headers()})
@@ -101,7 +103,7 @@ async def _body(receive, limit: int | None) -> bytes | None:
 async def app(scope, receive, send) -> None:
     sweeper.ensure_started()
     if not _host_allowed(scope):
-        await _respond(send, 400, {"error": {"code": "BAD_REQUEST", "message": "That Host is not allowed here."}})
+        await respond_json(send, 400, {"error": {"code": "BAD_REQUEST", "message": "That Host is not allowed here."}})
         return
     name = scope["path"][len(PREFIX):]
     try:
@@ -113,15 +115,15 @@ async def app(scope, receive, send) -> None:
             name=name, headers=scope.get("headers", ()), body=body, member=scope.get("steerboard.member")
         )
     except TeamError as exc:
-        await _respond(send, exc.http_status, exc.as_wire())
+        await respond_json(send, exc.http_status, exc.as_wire())
         return
     except Exception as exc:
         what = outage.noted(exc, "a tool call")
         if what is not None:  # the database (or Redis) is out of reach: not a bug; nothing was stored
             retry = [(k.lower().encode(), v.encode()) for k, v in outage.unavailable_headers().items()]
-            await _respond(send, 503, outage.unavailable_body(what), retry)
+            await respond_json(send, 503, outage.unavailable_body(what), retry)
             return
         log.exception("tool call %s failed", name)
-        await _respond(send, 500, {"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}})
+        await respond_json(send, 500, {"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}})
         return
-    await _respond(send, 200, result)
+    await respond_json(send, 200, result)
