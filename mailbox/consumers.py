@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import delivery, events, outage, quota, sessions, sweeper, tools, wire
+from mailbox import events, hot_path, outage, quota, sessions, sweeper, tools, wire
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
@@ -234,7 +234,7 @@ class AgentConsumer(_JsonFrames):
         try:
             if len(self.writes) >= quota.entries_per_request():
                 raise quota.too_many_entries(len(self.writes) + 1)
-            write = delivery.entry_record_submit(member=self.member, entry=entry.as_stored())
+            write = hot_path.entry_record_submit(member=self.member, entry=entry.as_stored())
         except TeamError as exc:  # the history quota refused it: nothing stored; answered in its turn
             exc.extra["entry_id"] = entry.id
             refusal = {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}

@@ -68,15 +68,15 @@ def _pool_is_writer() -> bool:
 
 
 def _writer_new():
-    from mailbox import delivery
+    from mailbox import hot_path
     from mailbox.writer import Writer
 
     return Writer(
         "steerboard-db-writer",
-        log_flush=delivery.log_rows_flush,
+        log_flush=hot_path.log_rows_flush,
         after_call=_keep_connections,
-        pipeline=delivery.jobs_piped,
-        transaction_of=delivery.hot_transaction,
+        pipeline=hot_path.jobs_piped,
+        transaction_of=hot_path.hot_transaction,
     )
 
 

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from pydantic import BaseModel
 
-from mailbox import delivery, events, faults, idempotency, sessions, waiting
+from mailbox import delivery, events, faults, hot_path, idempotency, sessions, waiting
 from mailbox.db import database_sync_to_async
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from teams import schemas, selectors, services
@@ -96,7 +96,7 @@ async def _send_message_now(sender: Member, args: schemas.SendMessageArgs) -> di
     """A send without an idempotency key goes through the process's writer (the hot path)."""
     if args.idempotency_key:
         return await database_sync_to_async(_send_message)(sender, args)
-    return await delivery.message_send_fast(
+    return await hot_path.message_send_fast(
         sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
     )
 

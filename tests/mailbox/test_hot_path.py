@@ -1,4 +1,4 @@
-"""mailbox/delivery.py's hot path (SendJob, EntryJob) and mailbox/writer.py's group commit.
+"""mailbox/hot_path.py (SendJob, EntryJob) and mailbox/writer.py's group commit.
 
 The raw SQL must leave the same rows as the ORM reference (message_send +
 target_admit, entry_record + message_mark_delivered); the writer must commit
@@ -11,7 +11,7 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import db, delivery, events
+from mailbox import db, delivery, events, hot_path
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from mailbox.writer import Job
 from teams.errors import TeamError
@@ -64,7 +64,7 @@ async def test_the_hot_path_leaves_the_rows_the_orm_reference_leaves(api):
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
 
     reference = await orm_send(lead, "implementer", "the same words")
-    fast = (await delivery.message_send_fast(sender=lead, target_name="implementer", content="the same words"))
+    fast = (await hot_path.message_send_fast(sender=lead, target_name="implementer", content="the same words"))
     assert fast["status"] == "accepted"
     first, second = await row(reference), await row(fast["message_id"])
     assert first.pop("seq") + 1 == second.pop("seq")
@@ -74,14 +74,14 @@ async def test_the_hot_path_leaves_the_rows_the_orm_reference_leaves(api):
         {**d, "seq": d["seq"] - 1} for _, d in await log_of(fast["message_id"])]
 
     assert await orm_entry(target, entry_for(reference, "e-ref")) is True
-    assert await delivery.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
+    assert await hot_path.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
     first, second = await row(reference), await row(fast["message_id"])
     first.pop("seq"), second.pop("seq")
     assert first == second == first | {"state": "delivered", "delivered": True}
     assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
     # A repeat folds on both paths, and nothing is marked twice.
     assert await orm_entry(target, entry_for(reference, "e-ref")) is False
-    assert await delivery.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
+    assert await hot_path.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
     assert len(await log_of(fast["message_id"])) == 3
     await agent.close()
 
@@ -92,15 +92,15 @@ async def test_the_hot_path_refuses_as_the_orm_does(api):
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
     for name, code in [("nobody", "TEAM_UNKNOWN_TARGET"), ("lead", "TEAM_SELF_MESSAGE")]:
         with pytest.raises(TeamError) as refused:
-            await delivery.message_send_fast(sender=lead, target_name=name, content="x")
+            await hot_path.message_send_fast(sender=lead, target_name=name, content="x")
         assert refused.value.code == code and refused.value.extra == {"persisted": False}
     with pytest.raises(TeamError) as refused:
-        await delivery.message_send_fast(sender=lead, target_name="implementer", content="x", reply_to="team-message-x")
+        await hot_path.message_send_fast(sender=lead, target_name="implementer", content="x", reply_to="team-message-x")
     assert refused.value.code == "NOT_FOUND"
     # An entry for a message that was never addressed to this member stores nothing.
-    other = (await delivery.message_send_fast(sender=target, target_name="lead", content="to the lead"))["message_id"]
+    other = (await hot_path.message_send_fast(sender=target, target_name="lead", content="to the lead"))["message_id"]
     with pytest.raises(TeamError) as refused:
-        await delivery.entry_record_submit(member=target, entry=entry_for(other, "stolen"))
+        await hot_path.entry_record_submit(member=target, entry=entry_for(other, "stolen"))
     assert refused.value.code == "NOT_FOUND"
     assert not await database_sync_to_async(HistoryEntry.objects.filter(entry_id="stolen").exists)()
 
@@ -111,9 +111,9 @@ async def test_a_full_mailbox_is_refused_with_its_count(api, settings):
     await spawn(api, team["lead"], "alpha", "implementer")
     lead = await member("alpha", "lead")
     for i in range(2):
-        await delivery.message_send_fast(sender=lead, target_name="implementer", content=f"m{i}")
+        await hot_path.message_send_fast(sender=lead, target_name="implementer", content=f"m{i}")
     with pytest.raises(TeamError) as refused:
-        await delivery.message_send_fast(sender=lead, target_name="implementer", content="one too many")
+        await hot_path.message_send_fast(sender=lead, target_name="implementer", content="one too many")
     assert refused.value.code == "TEAM_MAILBOX_FULL" and "already has 2" in refused.value.message
 
 
@@ -122,8 +122,8 @@ async def test_a_group_committed_batch_leaves_the_rows_single_jobs_leave(api):
     agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
     await agent.connect("running")
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
-    single = (await delivery.message_send_fast(sender=lead, target_name="implementer", content="w"))["message_id"]
-    batch = [delivery.SendJob(sender=lead, target_name="implementer", content="w") for _ in range(3)]
+    single = (await hot_path.message_send_fast(sender=lead, target_name="implementer", content="w"))["message_id"]
+    batch = [hot_path.SendJob(sender=lead, target_name="implementer", content="w") for _ in range(3)]
     results, batches = await _while_the_writer_is_held(batch)
     assert batches == 1 and all(r is None for r in results)
     expected = await row(single)
@@ -134,10 +134,10 @@ async def test_a_group_committed_batch_leaves_the_rows_single_jobs_leave(api):
         assert got == expected
         assert [(k, {**d, "seq": 0}) for k, d in await log_of(job.message_id)] == [
             (k, {**d, "seq": 0}) for k, d in await log_of(single)]
-    entries = [delivery.EntryJob(member=target, entry=entry_for(m, f"e-{i}"))
+    entries = [hot_path.EntryJob(member=target, entry=entry_for(m, f"e-{i}"))
                for i, m in enumerate([single] + [job.message_id for job in batch])]
     results, batches = await _while_the_writer_is_held(entries + [
-        delivery.EntryJob(member=target, entry=entry_for(single, "e-0"))])
+        hot_path.EntryJob(member=target, entry=entry_for(single, "e-0"))])
     assert batches == 1 and results == [True, True, True, True, False]
     for m in [single] + [job.message_id for job in batch]:
         assert (await row(m))["state"] == "delivered"
@@ -172,13 +172,13 @@ async def test_what_waits_commits_together_and_a_broken_job_fails_alone(api):
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "implementer")
     lead = await member("alpha", "lead")
-    sends = [delivery.SendJob(sender=lead, target_name="implementer", content=f"m{i}") for i in range(5)]
+    sends = [hot_path.SendJob(sender=lead, target_name="implementer", content=f"m{i}") for i in range(5)]
     results, batches = await _while_the_writer_is_held(sends)
     assert batches == 1  # five sends, one transaction
     assert [job.seq for job in sends] == [1, 2, 3, 4, 5]  # seq in submission order
 
-    more = [delivery.SendJob(sender=lead, target_name="implementer", content="before"), Broken(),
-            delivery.SendJob(sender=lead, target_name="implementer", content="after")]
+    more = [hot_path.SendJob(sender=lead, target_name="implementer", content="before"), Broken(),
+            hot_path.SendJob(sender=lead, target_name="implementer", content="after")]
     results, _ = await _while_the_writer_is_held(more)
     assert isinstance(results[1], Exception) and not isinstance(results[1], TeamError)
     stored = await database_sync_to_async(
