@@ -11,11 +11,16 @@ queued         admission: target running or idle, steer     accepted      team/m
 queued         admission: target inactive, a host is        accepted      team/message/accepted
                connected and asked to resume it
 queued         temporary inspection/resume/admission        queued        team/message/failed
-               failure (no host, channel layer down, ...)   (attempts+1)  (an observation)
+               failure (channel layer down, ...)            (attempts+1,  (an observation)
+                                                            failures+1)
+queued         admission finds the target waiting (no       queued        team/message/failed
+               session and no host, or retired)             (no count)    (when the reason changed)
 queued or      the target's session reports the history     delivered     team/message/delivered
 accepted       entry that carries this message id
 accepted       recovery: undelivered for REDELIVER_AFTER,   accepted      team/message/accepted
-               or a session says hello: pushed again
+               or a session says hello: pushed again        (repushes+1)  (redelivery: true)
+queued or      an operator's retry (before the admission    unchanged     team/message/retried
+accepted       it runs)
 =============  ===========================================  ============  ==========================
 
 Rules the functions below keep:
@@ -41,11 +46,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from mailbox import events, faults, selectors
+from mailbox import events, faults, lead_log, selectors
 from mailbox.models import (
     HistoryEntry,
     HostPresence,
-    LeadLogRecord,
     LogKind,
     MessageKind,
     MessageState,
@@ -170,13 +174,12 @@ def _message_store(
         queued_at=now,
     )
     Member.objects.filter(pk=target.pk).update(next_seq=F("next_seq") + 1)
-    LeadLogRecord.objects.create(
-        team_id=sender.team_id,
-        kind=LogKind.MESSAGE_QUEUED,
+    lead_log.message_logged(
         message=message,
+        kind=LogKind.MESSAGE_QUEUED,
         data={"sender": sender.name, "target": target.name, "seq": message.seq},
+        target=target.name,
     )
-    events.dashboard_notify(sender.team_id, "message", message_id=message.id, target=target.name)
     message.sender, message.target = sender, target
     return message
 
@@ -279,7 +282,7 @@ def target_admit(
             error = str(exc) or exc.__class__.__name__
             if not isinstance(exc, faults.TemporaryDeliveryError):
                 log.warning("admission to %s failed", target, exc_info=True)
-            _admission_failed(target=target, pending=pending, error=error)
+            _admission_failed(target=target, pending=pending, error=error, waiting=isinstance(exc, TargetWaiting))
             return Admission(target_status=status, admitted=[], error=error, host_connected=has_host)
         faults.crash_point("after_admission")
         now = timezone.now()
@@ -290,23 +293,57 @@ def target_admit(
             state=MessageState.ACCEPTED, accepted_at=now, attempts=F("attempts") + 1, last_error=""
         )
         if redelivered_ids:
-            TeamMessage.objects.filter(pk__in=redelivered_ids).update(attempts=F("attempts") + 1, last_error="")
-        LeadLogRecord.objects.bulk_create(
-            LeadLogRecord(
-                team_id=target.team_id,
-                kind=LogKind.MESSAGE_ACCEPTED,
-                message_id=m.id,
-                data={"target": target.name, "seq": m.seq, "target_status": status, "redelivery": m.id not in queued_ids},
+            TeamMessage.objects.filter(pk__in=redelivered_ids).update(
+                attempts=F("attempts") + 1, repushes=F("repushes") + 1, last_error=""
             )
-            for m in pending
+        lead_log.messages_logged(
+            team_id=target.team_id,
+            kind=LogKind.MESSAGE_ACCEPTED,
+            records=(
+                (m.id, {"target": target.name, "seq": m.seq, "target_status": status, "redelivery": m.id not in queued_ids})
+                for m in pending
+            ),
+            target=target.name,
         )
-        events.dashboard_notify(target.team_id, "message", target=target.name, message_ids=[m.id for m in pending])
     return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
 
 
-def target_retry(*, target: Member) -> Admission | None:
+def retry_logged(*, messages: list[TeamMessage], by: str) -> None:
+    """An operator's retry of these undelivered messages, written down before the admission it runs
+    (a `retried` record each, in the messages' traces)."""
+    by_target: dict[int, list[TeamMessage]] = {}
+    for message in messages:
+        by_target.setdefault(message.target_id, []).append(message)
+    with transaction.atomic():
+        for listed in by_target.values():
+            name = listed[0].target.name
+            lead_log.messages_logged(
+                team_id=listed[0].team_id,
+                kind=LogKind.MESSAGE_RETRIED,
+                records=((m.id, {"target": name, "seq": m.seq, "state": m.state, "by": by}) for m in listed),
+                target=name,
+            )
+
+
+def messages_retry(*, messages: list[TeamMessage], by: str) -> int:
+    """An operator's retry of a selection of messages (one, a filtered list, a whole team):
+    each undelivered one gets a `retried` record, then its target's admission runs again
+    (which pushes every undelivered message of that target, in seq order). Answers how many
+    of ``messages`` were retried."""
+    undelivered = [m for m in messages if m.state != MessageState.DELIVERED]
+    if not undelivered:
+        return 0
+    retry_logged(messages=undelivered, by=by)
+    for target_id in sorted({m.target_id for m in undelivered}):
+        target_admit(target_id=target_id, redeliver=True)
+    return len(undelivered)
+
+
+def target_retry(*, target: Member, by: str = "") -> Admission | None:
     """An operator's retry: admit (and push again) everything undelivered for ``target``;
     a member that failed to provision is asked for again, messages waiting or not."""
+    if by:
+        retry_logged(messages=selectors.pending_of(target=target), by=by)
     admission = target_admit(target_id=target.pk, redeliver=True)
     if target.phase == Phase.FAILED:
         member_start(member_id=target.pk)
@@ -327,31 +364,42 @@ def _admission_attempt(
                 to_channel=True,
             )
     elif status == Status.RETIRED:
-        raise faults.TemporaryDeliveryError(f"{target.name} is retired")
+        raise TargetWaiting(f"{target.name} is retired")
     elif not has_host:
-        raise faults.TemporaryDeliveryError(f"{target.name} is {status} and no host is connected to resume it")
+        raise TargetWaiting(f"{target.name} is {status} and no host is connected to resume it")
     elif not _start_is_fresh(target):
         _start_request(member=target, reason=_start_reason(status))
 
 
-def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str) -> None:
-    """The messages stay queued; write down the attempt and what went wrong.
+class TargetWaiting(faults.TemporaryDeliveryError):
+    """Admission found nothing it could do: the target has no session and no host, or is retired."""
 
-    A failure observation goes to the Lead log only when the reason changed, so
-    a target that waits for a host does not grow the log on every sweep."""
+
+def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str, waiting: bool = False) -> None:
+    """The messages stay where they were; write down what went wrong.
+
+    A real failure counts (attempts and failures) and becomes each message's
+    ``last_error``. A wait counts nothing: it is the queued messages' reason
+    (an accepted one has moved on, and keeps no error). A failure observation
+    goes to the Lead log only when a message's reason changed, so a target
+    that waits for a host does not grow the log on every sweep."""
     error = error[:2000]
-    TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(attempts=F("attempts") + 1, last_error=error)
-    LeadLogRecord.objects.bulk_create(
-        LeadLogRecord(
-            team_id=target.team_id,
-            kind=LogKind.MESSAGE_FAILED,
-            message_id=m.id,
-            data={"target": target.name, "seq": m.seq, "error": error},
+    if waiting:
+        pending = [m for m in pending if m.state == MessageState.QUEUED]
+    changed = [m for m in pending if m.last_error != error]
+    if waiting:
+        TeamMessage.objects.filter(pk__in=[m.id for m in changed]).update(last_error=error)
+    else:
+        TeamMessage.objects.filter(pk__in=[m.id for m in pending]).update(
+            attempts=F("attempts") + 1, failures=F("failures") + 1, last_error=error
         )
-        for m in pending
-        if m.last_error != error
+    lead_log.messages_logged(
+        team_id=target.team_id,
+        kind=LogKind.MESSAGE_FAILED,
+        records=((m.id, {"target": target.name, "seq": m.seq, "error": error, "waiting": waiting}) for m in changed),
+        target=target.name,
+        name_messages=False,
     )
-    events.dashboard_notify(target.team_id, "message", target=target.name)
 
 
 def message_send(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> tuple[TeamMessage, Admission]:
@@ -499,13 +547,12 @@ def message_mark_delivered(*, message_id: str) -> bool:
         message.delivered_at = now
         message.accepted_at = message.accepted_at or now
         message.save(update_fields=["state", "delivered_at", "accepted_at"])
-        LeadLogRecord.objects.create(
-            team_id=message.team_id,
-            kind=LogKind.MESSAGE_DELIVERED,
+        lead_log.message_logged(
             message=message,
+            kind=LogKind.MESSAGE_DELIVERED,
             data={"target": message.target.name, "seq": message.seq},
+            target=message.target.name,
         )
-        events.dashboard_notify(message.team_id, "message", message_id=message.id, target=message.target.name)
     return True
 
 

@@ -13,8 +13,7 @@ STEERBOARD_TOKEN_CACHE_SECONDS.
 """
 from django.db import transaction
 
-from mailbox import auth, events
-from mailbox.models import LeadLogRecord, LogKind
+from mailbox import auth, events, lead_log
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Task, TaskStatus
 from teams.tokens import member_tokens_delete
@@ -58,10 +57,11 @@ def member_retire(*, team_id: int, name: str) -> tuple[Member, int]:
                 owner=None
             )
             member.refresh_from_db()
-            LeadLogRecord.objects.create(
-                team_id=team_id, kind=LogKind.MEMBER, data={"member": member.name, "status": member.status, "previous": previous}
+            lead_log.member_logged(
+                team_id=team_id,
+                data={"member": member.name, "status": member.status, "previous": previous},
+                status=member.status,
             )
-            events.dashboard_notify(team_id, "member", member=member.name, status=member.status)
             if channel:
                 transaction.on_commit(lambda: events.channel_send_quietly(channel, SESSION_RESET))
     auth.forget(hashes)

@@ -37,7 +37,8 @@ class TeamMessage(models.Model):
     # No index of their own: (team, -queued_at) and (target, seq) lead with these
     # columns, and every send would pay for the extra index (delivery's hot path).
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="messages", db_index=False)
-    sender = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="sent_messages")
+    # No index of its own either: (sender, -queued_at) leads with it (the operator filter's).
+    sender = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="sent_messages", db_index=False)
     target = models.ForeignKey(Member, on_delete=models.PROTECT, related_name="inbox", db_index=False)
     content = models.TextField()
     seq = models.PositiveBigIntegerField()
@@ -48,7 +49,15 @@ class TeamMessage(models.Model):
         max_length=16, choices=MessageKind.choices, default=MessageKind.MESSAGE, db_default=MessageKind.MESSAGE
     )
     state = models.CharField(max_length=16, choices=MessageState.choices, default=MessageState.QUEUED)
+    # Admissions tried for real: pushes, resume requests, re-pushes and failed tries.
+    # A sweep that found nothing to do (the target waits for a host) counts nowhere.
     attempts = models.PositiveIntegerField(default=0)
+    # Of those, admissions that failed (an error, not a wait) and pushes made again by
+    # recovery or an operator. Database defaults: the hot path's INSERT leaves them out.
+    failures = models.PositiveIntegerField(default=0, db_default=0)
+    repushes = models.PositiveIntegerField(default=0, db_default=0)
+    # The error of the last failed admission while the message has not moved on; the
+    # trace (the Lead log's `failed` records) keeps every one.
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField()
@@ -61,6 +70,10 @@ class TeamMessage(models.Model):
             models.Index(fields=["team", "-queued_at"], name="message_team_recent"),
             models.Index(fields=["target", "state", "seq"], name="message_target_state_seq"),
             models.Index(fields=["state", "queued_at"], name="message_state_age"),
+            # The operator filters (mailbox/selectors.message_list): by sender, newest first;
+            # by thread, only the replies are indexed (a root is found by its id).
+            models.Index(fields=["sender", "-queued_at"], name="message_sender_recent"),
+            models.Index(fields=["thread_id"], name="message_thread", condition=~Q(thread_id="")),
         ]
 
 
@@ -71,6 +84,7 @@ class LogKind(models.TextChoices):
     MESSAGE_ACCEPTED = "team/message/accepted"
     MESSAGE_DELIVERED = "team/message/delivered"
     MESSAGE_FAILED = "team/message/failed"
+    MESSAGE_RETRIED = "team/message/retried"  # an operator asked for admission again
 
 
 class LeadLogRecord(models.Model):

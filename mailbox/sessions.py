@@ -7,8 +7,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import delivery, events, presence, selectors
-from mailbox.models import HistoryEntry, HumanPrompt, LeadLogRecord, LogKind, PromptState, TeamMessage
+from mailbox import delivery, events, lead_log, presence, selectors
+from mailbox.models import HistoryEntry, HumanPrompt, PromptState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
 from teams.services import member_fail, member_session_end, member_session_set
@@ -16,12 +16,11 @@ from teams.services import member_fail, member_session_end, member_session_set
 
 def _member_changed(member: Member, previous: str) -> None:
     if member.status != previous:
-        LeadLogRecord.objects.create(
+        lead_log.member_logged(
             team_id=member.team_id,
-            kind=LogKind.MEMBER,
             data={"member": member.name, "status": member.status, "previous": previous},
+            status=member.status,
         )
-        events.dashboard_notify(member.team_id, "member", member=member.name, status=member.status)
 
 
 # --- agent sessions -------------------------------------------------------------------------
@@ -134,9 +133,7 @@ def host_start_failed(*, team_id: int, member_name: str, error: str) -> None:
     with transaction.atomic():
         failed = member_fail(member_id=member.pk)
         Member.objects.filter(pk=member.pk).update(start_requested_at=None)
-        LeadLogRecord.objects.create(
-            team_id=team_id, kind=LogKind.MEMBER, data={"member": member_name, "start_failed": error[:2000]}
-        )
+        lead_log.member_logged(team_id=team_id, data={"member": member_name, "start_failed": error[:2000]})
         _member_changed(failed, previous)
 
 

@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import Count, Max
 from pydantic import BaseModel
 
-from mailbox import delivery, events, faults, hot_path, idempotency, sessions, waiting
+from mailbox import delivery, faults, hot_path, idempotency, lead_log, sessions, waiting
 from mailbox.db import database_sync_to_async
-from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from mailbox.models import TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Task
@@ -48,12 +48,10 @@ def _sync(fn: Callable[[Member, BaseModel], dict]) -> Callable[[Member, BaseMode
 
 
 def _task_logged(member: Member, task, action: str) -> dict:
-    LeadLogRecord.objects.create(
+    lead_log.task_logged(
         team_id=member.team_id,
-        kind=LogKind.TASK,
         data={"task": task.public_id, "action": action, "by": member.name, "revision": task.revision},
     )
-    events.dashboard_notify(member.team_id, "task", task=task.public_id)
     return _task_view(member, task.public_id)
 
 
@@ -66,10 +64,9 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
         if args.prompt.strip():
             # Its first turn: durable with the roster entry, delivered once the host has started it.
             delivery.spawn_prompt_enqueue(lead=lead, teammate=member, prompt=args.prompt)
-        LeadLogRecord.objects.create(
-            team_id=lead.team_id, kind=LogKind.MEMBER, data={"member": member.name, "spawned_by": lead.name}
+        lead_log.member_logged(
+            team_id=lead.team_id, data={"member": member.name, "spawned_by": lead.name}, status=member.status
         )
-        events.dashboard_notify(lead.team_id, "member", member=member.name, status=member.status)
     delivery.members_start_pending(team_id=lead.team_id)
     return {"member": selectors.member_out(member)}
 
