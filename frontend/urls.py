@@ -11,6 +11,7 @@ urlpatterns = [
     path("teams.json", views.team_list_json, name="team-list-json"),
     path("teams/<str:team>/", views.team_page, name="team-page"),
     path("teams/<str:team>/snapshot.json", views.team_snapshot_json, name="team-snapshot"),
+    path("teams/<str:team>/charts.json", views.team_charts_json, name="team-charts"),
     path("teams/<str:team>/members/<str:member>/messages/", views.member_messages, name="member-messages"),
     re_path(r"^%s(?P<path>.+)$" % settings.STATIC_URL.lstrip("/"), views.static_file, name="static-file"),
 ]

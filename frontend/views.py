@@ -14,11 +14,12 @@ from django.views.decorators.http import require_GET
 from django.views.static import serve
 
 from accounts.authentication import token_or_login_required
-from frontend import selectors
+from frontend import charts, selectors
+from mailbox.api.errors import error_json
 from mailbox.api.permissions import is_operator
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
-from teams.errors import TeamError
+from teams.errors import ErrorCode, TeamError
 from teams.models import Team
 
 # The page needs nothing from elsewhere and runs no inline script: message
@@ -88,6 +89,19 @@ def team_page(request, team):
 def team_snapshot_json(request, team):
     found = _team_or_404(team)
     return JsonResponse({**selectors.team_snapshot(team=found), "me": _viewer(request)})
+
+
+@require_GET
+@token_or_login_required
+@never_cache
+def team_charts_json(request, team):
+    """The charts' series, numbers and SVG for ``?window=15m|1h|24h`` (frontend/charts.py)."""
+    found = _team_or_404(team)
+    key = request.GET.get("window") or charts.DEFAULT_WINDOW
+    window = charts.WINDOWS.get(key)
+    if window is None:
+        return error_json(TeamError(ErrorCode.VALIDATION_ERROR, f"window is one of {', '.join(charts.WINDOWS)}."))
+    return JsonResponse(charts.charts_view(team=found, window=window))
 
 
 @require_GET

@@ -70,6 +70,8 @@ class TeamMessage(models.Model):
             models.Index(fields=["team", "-queued_at"], name="message_team_recent"),
             models.Index(fields=["target", "state", "seq"], name="message_target_state_seq"),
             models.Index(fields=["state", "queued_at"], name="message_state_age"),
+            # The dashboard's charts: deliveries of a team in a time window (frontend/charts.py).
+            models.Index(fields=["team", "delivered_at"], name="message_team_delivered"),
             # The operator filters (mailbox/selectors.message_list): by sender, newest first;
             # by thread, only the replies are indexed (a root is found by its id).
             models.Index(fields=["sender", "-queued_at"], name="message_sender_recent"),
