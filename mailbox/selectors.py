@@ -29,6 +29,8 @@ def message_out(message: TeamMessage) -> dict:
         "accepted_at": _iso(message.accepted_at),
         "delivered_at": _iso(message.delivered_at),
         "attempts": message.attempts,
+        "failures": message.failures,
+        "repushes": message.repushes,
         "last_error": message.last_error,
     }
 
@@ -109,23 +111,58 @@ def _cursor_decode(cursor: str) -> tuple[datetime, str]:
         raise TeamError(ErrorCode.VALIDATION_ERROR, "That cursor is not one this server handed out.")
 
 
-def message_list(
-    *, team: Team, target: str | None = None, state: str | None = None, cursor: str | None = None, limit: int = 50
-) -> tuple[list[TeamMessage], str | None]:
-    """Newest first."""
-    qs = TeamMessage.objects.filter(team=team).select_related("sender", "target")
+def messages_matching(
+    *, team: Team, target: str | None = None, state: str | None = None, sender: str | None = None,
+    thread: str | None = None, q: str | None = None, since: datetime | None = None, until: datetime | None = None,
+):
+    """A team's messages that match every filter given (the operator's search; unordered).
+
+    Each filter rides an index: state (queued, accepted) the (state, queued_at) one,
+    sender (sender, -queued_at), thread the partial thread index (a root by its id),
+    the time bounds (team, -queued_at); target and text are read along the newest-first
+    walk of (team, -queued_at), so a first page stops after its 50th match."""
+    qs = TeamMessage.objects.filter(team=team)
     if target:
         qs = qs.filter(target__name=target)
+    if sender:
+        qs = qs.filter(sender__name=sender)
     if state:
         if state not in MessageState.values:
             raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
         qs = qs.filter(state=state)
+    if thread:
+        qs = qs.filter(Q(thread_id=thread) | Q(pk=thread))
+    if q:
+        qs = qs.filter(content__icontains=q)
+    if since:
+        qs = qs.filter(queued_at__gte=since)
+    if until:
+        qs = qs.filter(queued_at__lt=until)
+    return qs
+
+
+def message_list(
+    *, team: Team, target: str | None = None, state: str | None = None, cursor: str | None = None, limit: int = 50,
+    **filters,
+) -> tuple[list[TeamMessage], str | None]:
+    """Newest first, a keyset page; ``filters`` as messages_matching."""
+    qs = messages_matching(team=team, target=target, state=state, **filters).select_related("sender", "target")
     if cursor:
         stamp, pk = _cursor_decode(cursor)
         qs = qs.filter(Q(queued_at__lt=stamp) | Q(queued_at=stamp, pk__lt=pk))
     page = list(qs.order_by("-queued_at", "-pk")[: limit + 1])
     next_cursor = _cursor_encode(page[limit - 1]) if len(page) > limit else None
     return page[:limit], next_cursor
+
+
+RETRY_WINDOW = 1000  # undelivered messages one team retry takes at most (the mailbox holds 64 per target)
+
+
+def messages_undelivered(*, team: Team, state: str | None = None, **filters) -> list[TeamMessage]:
+    """The queued and accepted messages that match ``filters`` (a team retry's selection), oldest first."""
+    states = [state] if state else [MessageState.QUEUED, MessageState.ACCEPTED]
+    qs = messages_matching(team=team, **filters).filter(state__in=states).select_related("target")
+    return list(qs.order_by("queued_at")[:RETRY_WINDOW])
 
 
 def message_get(*, team: Team, message_id: str) -> TeamMessage:

@@ -15,6 +15,8 @@ urlpatterns = [
     path("teams", operators.TeamsView.as_view(), name="teams"),
     path("teams/<str:team>", operators.TeamDetailView.as_view(), name="team-detail"),
     path("teams/<str:team>/messages", operators.MessagesView.as_view(), name="team-messages"),
+    path("teams/<str:team>/messages/<str:message_id>", operators.MessageDetailView.as_view(), name="message-detail"),
+    path("teams/<str:team>/retry", operators.TeamRetryView.as_view(), name="team-retry"),
     path(
         "teams/<str:team>/messages/<str:message_id>/retry",
         operators.MessageRetryView.as_view(),

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import delivery, selectors, sessions, wire
+from mailbox import delivery, lead_log, selectors, sessions, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
 from teams import services as team_services
@@ -74,35 +74,88 @@ class TeamDetailView(_Api):
         return Response(selectors.team_summary(team=self.team()))
 
 
-class MessageListIn(serializers.Serializer):
+class MessageFilterIn(serializers.Serializer):
+    """The message filters (docs/api.md), combinable; every one optional."""
+
     target = serializers.CharField(required=False, allow_blank=True, max_length=63)
+    sender = serializers.CharField(required=False, allow_blank=True, max_length=63)
     state = serializers.ChoiceField(choices=["queued", "accepted", "delivered"], required=False)
+    thread = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    q = serializers.CharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False)
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+
+    def filters(self) -> dict:
+        data = self.validated_data
+        return {key: data.get(key) or None for key in ("target", "sender", "state", "thread", "q", "since", "until")}
+
+
+class MessageListIn(MessageFilterIn):
     cursor = serializers.CharField(required=False, allow_blank=True, max_length=512)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 
 
+FILTER_PARAMETERS = [
+    OpenApiParameter("target", str, description="the target member's name"),
+    OpenApiParameter("sender", str, description="the sender member's name"),
+    OpenApiParameter("state", str, enum=["queued", "accepted", "delivered"]),
+    OpenApiParameter("thread", str, description="a thread id: the root message and its replies"),
+    OpenApiParameter("q", str, description="text in the body (case-insensitive)"),
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="queued at or after"),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="queued before"),
+]
+
+
 class MessagesView(_Api):
     @extend_schema(
-        parameters=[
-            OpenApiParameter("target", str),
-            OpenApiParameter("state", str, enum=["queued", "accepted", "delivered"]),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
-        ],
+        parameters=[*FILTER_PARAMETERS, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
         responses=OpenApiTypes.OBJECT,
-        summary="A team's messages with their delivery state, newest first",
+        summary="A team's messages with their delivery state, newest first, filtered",
     )
     def get(self, request, team):
         query = MessageListIn(data=request.query_params)
         query.is_valid(raise_exception=True)
         page, next_cursor = selectors.message_list(
             team=self.team(),
-            target=query.validated_data.get("target") or None,
-            state=query.validated_data.get("state"),
             cursor=query.validated_data.get("cursor") or None,
             limit=query.validated_data["limit"],
+            **query.filters(),
         )
         return Response({"messages": [selectors.message_out(m) for m in page], "next_cursor": next_cursor})
+
+
+class MessageDetailView(_Api):
+    @extend_schema(
+        responses=OpenApiTypes.OBJECT,
+        summary="One message with its trace: every Lead-log event in order, and the history entry that delivered it",
+    )
+    def get(self, request, team, message_id):
+        message = selectors.message_get(team=self.team(), message_id=message_id)
+        return Response({**selectors.message_out(message), **lead_log.message_trace(message=message)})
+
+
+class TeamRetryView(_Api):
+    permission_classes = [CanReadTeam, IsOperator]
+
+    @extend_schema(
+        request=None,
+        parameters=FILTER_PARAMETERS,
+        responses=OpenApiTypes.OBJECT,
+        summary="Run admission again for every undelivered message of the team, or of a filtered selection",
+    )
+    def post(self, request, team):
+        query = MessageFilterIn(data={**request.query_params.dict(), **_body_dict(request)})
+        query.is_valid(raise_exception=True)
+        filters = query.filters()
+        if filters["state"] == "delivered":
+            return Response({"retried": 0})
+        messages = selectors.messages_undelivered(team=self.team(), **filters)
+        return Response({"retried": delivery.messages_retry(messages=messages, by=request.user.get_username())})
+
+
+def _body_dict(request) -> dict:
+    data = request.data
+    return dict(data.items()) if hasattr(data, "items") else {}
 
 
 class MessageRetryView(_Api):
@@ -111,8 +164,7 @@ class MessageRetryView(_Api):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT, summary="Run admission again for an undelivered message")
     def post(self, request, team, message_id):
         message = selectors.message_get(team=self.team(), message_id=message_id)
-        if message.state != "delivered":
-            delivery.target_admit(target_id=message.target_id, redeliver=True)
+        delivery.messages_retry(messages=[message], by=request.user.get_username())
         message = selectors.message_get(team=self.team(), message_id=message_id)
         return Response({"message": selectors.message_out(message)})
 
@@ -127,7 +179,7 @@ class TargetRetryView(_Api):
             from teams.errors import ErrorCode, TeamError
 
             raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {member!r} on this team.")
-        admission = delivery.target_retry(target=found)
+        admission = delivery.target_retry(target=found, by=request.user.get_username())
         return Response(
             {
                 "target": found.name,
