@@ -3,9 +3,9 @@
 The same registry as REST (mailbox.tools.TOOLS): the same names, descriptions
 and JSON Schemas from the pydantic models, and every call goes through
 ``tool_call``, so results and error codes are REST's. A refused call is an MCP
-tool error (``isError``) whose structured content is the REST error body,
-``{"error": {"code", "message"}}`` (plus ``persisted: false`` for a refused
-send).
+tool error (``isError``) without structured content: a text block
+``CODE: message``, then the REST error body ``{"error": {"code", "message"}}``
+(plus ``persisted: false`` for a refused send) as JSON text.
 
 Authentication: ``Authorization: Bearer <member token>`` on every request, as
 on REST; the member is the sender of everything the call does. Without a valid
@@ -89,9 +89,22 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
             raise
         result = await tool_call(member=member, name=params.name, arguments=arguments)
     except TeamError as exc:
-        body = exc.as_wire()
-        return types.CallToolResult(content=_text(body), structured_content=body, is_error=True)
+        return refusal(exc.as_wire())
     return types.CallToolResult(content=_text(result), structured_content=result)
+
+
+def refusal(body: dict) -> types.CallToolResult:
+    """A refused call as the MCP tool error the specification shows: ``isError`` and text content, no
+    ``structuredContent``, since what a tool declares in its ``outputSchema`` is its result, which a
+    refusal is not (a client that validates structured content against the schema, as the TypeScript
+    SDK does, would throw instead of showing the refusal). The first text block reads
+    ``CODE: message`` for the model and the person; the second is REST's error body as JSON, for code
+    (``persisted``, ``retry_after`` and the like included)."""
+    error = body["error"]
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{error['code']}: {error['message']}"), *_text(body)],
+        is_error=True,
+    )
 
 
 async def _list_resources(ctx, params) -> types.ListResourcesResult:
