@@ -31,14 +31,15 @@ def main(team_name: str, count: int, user: str = "") -> None:
             members[member.name] = member_token_create(member=member)
     out = {"team": team.name, "team_id": team.pk, "lead": lead_token, "host": host_token, "members": members}
     if user:
-        from django.contrib.auth.models import Group, User
+        from django.contrib.auth.models import User
+
+        from accounts.operators import operator_role_set
         from accounts.tokens import operator_token_create
 
         op, _ = User.objects.get_or_create(username=user, defaults={"is_staff": True})
         op.set_password("pw-" + user)
         op.save()
-        group, _ = Group.objects.get_or_create(name="operators")
-        op.groups.add(group)
+        operator_role_set(user=op, operator=True)
         out["operator"] = {"username": user, "password": "pw-" + user, "token": operator_token_create(user=op)}
     print(json.dumps(out))
 

@@ -2,11 +2,9 @@
 from django.contrib.auth.models import AnonymousUser
 from rest_framework import authentication, permissions
 
+from accounts.operators import is_operator
 from mailbox.auth import bearer_from_headers
 from teams.selectors import member_by_token
-
-OPERATORS_GROUP = "operators"
-
 
 class MemberPrincipal(AnonymousUser):
     """A request made with a member's bearer token: may read its own team, nothing else."""
@@ -34,12 +32,6 @@ class MemberBearerAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="steerboard"'
-
-
-def is_operator(user) -> bool:
-    if not getattr(user, "is_authenticated", False) or isinstance(user, MemberPrincipal):
-        return False
-    return bool(user.is_staff or user.groups.filter(name=OPERATORS_GROUP).exists())
 
 
 class CanReadTeam(permissions.BasePermission):

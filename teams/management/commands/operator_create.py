@@ -2,15 +2,13 @@ import json
 import secrets
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from accounts.operators import operator_role_set
 from accounts.tokens import operator_token_create, operator_tokens_revoke
-
-OPERATORS_GROUP = "operators"
 
 
 class Command(BaseCommand):
@@ -42,11 +40,7 @@ class Command(BaseCommand):
             user, _ = User.objects.get_or_create(username=username)
             user.set_password(password)
             user.save()
-            group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
-            if options["viewer"]:
-                user.groups.remove(group)
-            else:
-                user.groups.add(group)
+            operator_role_set(user=user, operator=not options["viewer"])
             operator_tokens_revoke(user=user)
             token = operator_token_create(user=user)
         out = {
