@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP goes to Django (and /mcp to the MCP endpoint), websockets to the Channels consumers."""
+"""ASGI entry point: HTTP goes to Django (/mcp to the MCP endpoint, /a2a to the A2A agents), websockets to the Channels consumers."""
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +16,7 @@ from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
+from delegation.server import a2a_app  # noqa: E402
 from mailbox.api import tool_calls  # noqa: E402
 from mailbox.mcp_server import mcp_app  # noqa: E402
 from teams.errors import TeamError  # noqa: E402
@@ -174,6 +175,8 @@ async def http_app(scope, receive, send):
         return await tool_calls.app(scope, receive, send)
     if path == "/mcp" or path.startswith("/mcp/"):
         return await mcp_app(scope, receive, send)
+    if path.startswith("/a2a/"):  # every member as an A2A agent (delegation/server.py)
+        return await a2a_app(scope, receive, send)
     if path.startswith(AGENT_API_PREFIXES):
         return await agent_api_app(scope, receive, send)
     return await django_app(scope, receive, send)

@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "mailbox",
     "frontend",
     "accounts",
+    "delegation",
     "axes",
 ]
 

@@ -79,6 +79,19 @@ async def doorbells(*, team_id: int, member_id: int) -> AsyncIterator[asyncio.Ev
             limit=cap,
         )
     _waiting[member_id] += 1
+    try:
+        async with team_rings(team_id=team_id) as event:
+            yield event
+    finally:
+        _waiting[member_id] -= 1
+        if _waiting[member_id] <= 0:
+            del _waiting[member_id]
+
+
+@contextlib.asynccontextmanager
+async def team_rings(*, team_id: int) -> AsyncIterator[asyncio.Event]:
+    """``doorbells`` without the per-member cap, for a watcher that is no member
+    (an A2A task's stream, delegation/streams.py)."""
     key = (asyncio.get_running_loop(), team_id)
     watch = _watches.get(key)
     if watch is None:
@@ -89,9 +102,6 @@ async def doorbells(*, team_id: int, member_id: int) -> AsyncIterator[asyncio.Ev
         yield event
     finally:
         watch.waiters.discard(event)
-        _waiting[member_id] -= 1
-        if _waiting[member_id] <= 0:
-            del _waiting[member_id]
         if not watch.waiters and _watches.get(key) is watch:
             del _watches[key]
             watch.task.cancel()

@@ -1,0 +1,258 @@
+"""The A2A methods on Steerboard's tasks: the ``a2a-sdk`` RequestHandler its
+JSON-RPC and HTTP+JSON routes call (delegation/server.py builds those).
+
+The SDK's DefaultRequestHandler runs an AgentExecutor in the process that took
+the request and keeps the task's events in that process's memory. Here the
+work is done by the member's own session, wherever it is connected, and the
+task's state lives in the database (delegation/tasks.py): so this handler
+answers every method from the database, and a stream follows the task by the
+team's dashboard doorbells (mailbox/waiting.team_rings), reading the database
+on each ring. Any server process can answer any task.
+"""
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator
+from mailbox import waiting
+from mailbox.db import database_sync_to_async
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    InvalidRequestError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+from google.protobuf import json_format, struct_pb2
+
+from delegation import tasks
+from delegation.credentials import Caller
+from delegation.models import TaskState
+from delegation.tasks import TaskView
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member
+
+# A stream reads the database again this often even without a ring (a lost doorbell).
+RECHECK_SECONDS = 2.0
+# How long a blocking SendMessage waits for the task to end before answering with it as it is.
+SEND_WAIT_SECONDS = 60.0
+# How long CancelTask waits for an interrupted turn to end before answering with the task as it is.
+CANCEL_WAIT_SECONDS = 10.0
+# A caller asks for the turn's tool results with this message metadata key set to true.
+TOOL_RESULTS_KEY = "steerboard_tool_results"
+
+STATES = {
+    TaskState.SUBMITTED: pb.TASK_STATE_SUBMITTED,
+    TaskState.WORKING: pb.TASK_STATE_WORKING,
+    TaskState.COMPLETED: pb.TASK_STATE_COMPLETED,
+    TaskState.FAILED: pb.TASK_STATE_FAILED,
+    TaskState.CANCELED: pb.TASK_STATE_CANCELED,
+}
+STATE_NAMES = {v: k for k, v in STATES.items()}
+
+
+def _a2a_error(exc: TeamError):
+    if exc.code in (ErrorCode.NOT_FOUND, ErrorCode.TASK_NOT_FOUND):
+        return TaskNotFoundError(message=exc.message)
+    if exc.code == ErrorCode.TASK_INVALID_ACTION:
+        return TaskNotCancelableError(message=exc.message)
+    if exc.code in (ErrorCode.VALIDATION_ERROR, ErrorCode.TEAM_MESSAGE_TOO_LARGE):
+        return InvalidParamsError(message=exc.message, data={"code": str(exc.code)})
+    return InvalidRequestError(message=exc.message, data={"code": str(exc.code)})
+
+
+async def _db(fn, **kwargs):
+    try:
+        return await database_sync_to_async(fn)(**kwargs)
+    except TeamError as exc:
+        raise _a2a_error(exc) from exc
+
+
+def _who(context: ServerCallContext) -> tuple[Member, Caller]:
+    return context.state["steerboard_member"], context.state["steerboard_caller"]
+
+
+def _text(view_id: str, context_id: str, text: str) -> pb.Message:
+    return pb.Message(
+        message_id=str(uuid.uuid4()), task_id=view_id, context_id=context_id, role=pb.ROLE_AGENT,
+        parts=[pb.Part(text=text)],
+    )
+
+
+def _status(view: TaskView) -> pb.TaskStatus:
+    status = pb.TaskStatus(state=STATES[view.state])
+    if view.updated_at is not None:
+        status.timestamp.FromDatetime(view.updated_at)
+    if view.reason:
+        status.message.CopyFrom(_text(view.id, view.context_id, view.reason))
+    return status
+
+
+def _artifacts(view: TaskView) -> list[pb.Artifact]:
+    if view.state != TaskState.COMPLETED:
+        return []
+    parts = [pb.Part(text=view.answer, media_type="text/plain")]
+    for result in view.tool_results:  # only when the caller asked for them (TOOL_RESULTS_KEY)
+            value = struct_pb2.Value()
+            json_format.ParseDict(result, value)
+            parts.append(pb.Part(data=value, media_type="application/json"))
+    return [pb.Artifact(artifact_id=f"{view.id}-answer", name="answer",
+                        description="The turn's final assistant text", parts=parts)]
+
+
+def task_proto(view: TaskView, *, history: bool = True) -> pb.Task:
+    task = pb.Task(id=view.id, context_id=view.context_id, status=_status(view))
+    task.artifacts.extend(_artifacts(view))
+    if history:
+        task.history.append(
+            pb.Message(message_id=view.message_id or view.prompt_id, task_id=view.id, context_id=view.context_id,
+                       role=pb.ROLE_USER, parts=[pb.Part(text=view.content)])
+        )
+    json_format.ParseDict(
+        {"steerboard": {"member": view.member, "author": view.author, "prompt_id": view.prompt_id}}, task.metadata
+    )
+    return task
+
+
+def _changes(before: TaskView | None, now: TaskView):
+    """The stream events that take a client from ``before`` to ``now``."""
+    if before is not None and before.state == now.state:
+        return
+    for artifact in _artifacts(now):
+        yield pb.TaskArtifactUpdateEvent(task_id=now.id, context_id=now.context_id, artifact=artifact, last_chunk=True)
+    yield pb.TaskStatusUpdateEvent(task_id=now.id, context_id=now.context_id, status=_status(now))
+
+
+def _read(*, task_id: str, caller: Caller, member: Member) -> tuple[TaskView, bool]:
+    task = tasks.task_of_caller(task_id=task_id, caller=caller, member=member)
+    return tasks.task_read(task), task.cancel_requested_at is not None
+
+
+def _interrupt_again(*, task_id: str, caller: Caller, member: Member) -> None:
+    tasks.task_interrupt_again(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
+
+
+async def follow(view: TaskView, *, caller: Caller, member: Member):
+    """Yield the events of the task's every state change after ``view``, until it is final."""
+    interrupted_again = False
+    async with waiting.team_rings(team_id=member.team_id) as ring:
+        while not view.final:
+            ring.clear()
+            now, cancel_requested = await _db(_read, task_id=view.id, caller=caller, member=member)
+            for event in _changes(view, now):
+                yield event
+            view = now
+            if view.final:
+                return
+            if cancel_requested and view.state == TaskState.WORKING and not interrupted_again:
+                interrupted_again = True
+                await _db(_interrupt_again, task_id=view.id, caller=caller, member=member)
+            try:
+                await asyncio.wait_for(ring.wait(), RECHECK_SECONDS)
+            except TimeoutError:
+                pass
+
+
+def _wants_tool_results(params) -> bool:
+    for metadata in (params.metadata, params.message.metadata):
+        if metadata.fields.get(TOOL_RESULTS_KEY) and metadata.fields[TOOL_RESULTS_KEY].bool_value:
+            return True
+    return False
+
+
+class MemberRequestHandler(RequestHandler):
+    """The A2A methods of one member's endpoint (the member and caller come with the context)."""
+
+    async def _send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
+        member, caller = _who(context)
+        message = params.message
+        if message.task_id:
+            raise InvalidParamsError(
+                message="Each message is a task of its own: send a follow-up with the same contextId, not a taskId."
+            )
+        text = "\n\n".join(part.text for part in message.parts if part.text)
+        task = await _db(
+            tasks.task_send, member=member, caller=caller, content=text,
+            context_id=message.context_id or str(uuid.uuid4()), message_id=message.message_id,
+            with_tool_results=_wants_tool_results(params),
+        )
+        view, _ = await _db(_read, task_id=task.pk, caller=caller, member=member)
+        return view
+
+    async def on_message_send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> pb.Task:
+        member, caller = _who(context)
+        view = await self._send(params, context)
+        if not params.configuration.return_immediately:
+            try:
+                async with asyncio.timeout(SEND_WAIT_SECONDS):
+                    async for _ in follow(view, caller=caller, member=member):
+                        pass
+            except TimeoutError:
+                pass
+            view, _ = await _db(_read, task_id=view.id, caller=caller, member=member)
+        return task_proto(view)
+
+    async def on_message_send_stream(self, params: pb.SendMessageRequest, context: ServerCallContext) -> AsyncGenerator:
+        member, caller = _who(context)
+        view = await self._send(params, context)
+        yield task_proto(view)
+        async for event in follow(view, caller=caller, member=member):
+            yield event
+
+    async def on_subscribe_to_task(self, params: pb.SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator:
+        member, caller = _who(context)
+        view, _ = await _db(_read, task_id=params.id, caller=caller, member=member)
+        yield task_proto(view)
+        async for event in follow(view, caller=caller, member=member):
+            yield event
+
+    async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
+        member, caller = _who(context)
+        view, _ = await _db(_read, task_id=params.id, caller=caller, member=member)
+        return task_proto(view, history=not params.HasField("history_length") or params.history_length > 0)
+
+    async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
+        member, caller = _who(context)
+        size = min(params.page_size or 50, 100)
+        state = STATE_NAMES.get(params.status, "") if params.status else ""
+        views, _more = await _db(
+            tasks.tasks_of_caller, caller=caller, member=member, context_id=params.context_id, state=state, limit=size
+        )
+        history = not params.HasField("history_length") or params.history_length > 0
+        found = [task_proto(v, history=history) for v in views]
+        return pb.ListTasksResponse(tasks=found, page_size=size, total_size=len(found))
+
+    async def on_cancel_task(self, params: pb.CancelTaskRequest, context: ServerCallContext) -> pb.Task | None:
+        member, caller = _who(context)
+
+        def cancel(*, task_id: str) -> TaskView:
+            return tasks.task_cancel(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
+
+        view = await _db(cancel, task_id=params.id)
+        if not view.final:  # interrupted: answer with how the turn ended, if it ends soon
+            try:
+                async with asyncio.timeout(CANCEL_WAIT_SECONDS):
+                    async for _ in follow(view, caller=caller, member=member):
+                        pass
+            except TimeoutError:
+                pass
+            view, _ = await _db(_read, task_id=view.id, caller=caller, member=member)
+        return task_proto(view)
+
+    async def on_create_task_push_notification_config(self, params, context):
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_task_push_notification_config(self, params, context):
+        raise PushNotificationNotSupportedError()
+
+    async def on_list_task_push_notification_configs(self, params, context):
+        raise PushNotificationNotSupportedError()
+
+    async def on_delete_task_push_notification_config(self, params, context):
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_extended_agent_card(self, params, context):
+        raise ExtendedAgentCardNotConfiguredError()

@@ -1,0 +1,150 @@
+"""Every member as an A2A agent, driven by the official a2a-sdk client against a real
+daphne and real agent sessions (a keyless host; an echo host for the turns that wait)."""
+
+import httpx
+import pytest
+from a2a.client import A2AClientError, ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotCancelableError
+
+from tests.agents.support import Team
+from tests.delegation.support import (
+    artifact_texts,
+    client_for,
+    collect,
+    http,
+    message,
+    state_name,
+    states,
+    task_of,
+)
+from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+def credential(team: Team, name: str) -> str:
+    return team.environment.manage_json("a2a_credential", name, "--team", team.name)["token"]
+
+
+def prompt_turns(team: Team, member: str) -> list[dict]:
+    return [e for e in team.history(member) if e["kind"] == "prompt"]
+
+
+async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "deleg")
+    try:
+        team.start_host("keyless")
+        spawn_worker(team)
+        token = credential(team, "planner")
+        async with http(token) as h:
+            card, client = await client_for(h, f"{daphne_server.url}/a2a/deleg/worker")
+            assert card.name == "deleg/worker" and card.capabilities.streaming
+            assert [i.protocol_binding for i in card.supported_interfaces] == ["JSONRPC", "HTTP+JSON"]
+            assert "bearer" in card.security_schemes and [s.id for s in card.skills] == ["worker"]
+
+            events = await collect(client.send_message(message("Please review the plan.")))
+            assert states(events)[0] == "TASK_STATE_SUBMITTED"
+            assert states(events)[-1] == "TASK_STATE_COMPLETED"
+            assert "TASK_STATE_WORKING" in states(events)
+            answer = "worker: noted the message from planner@a2a."
+            assert artifact_texts(events) == [answer]
+            task_id, context_id = task_of(events).id, task_of(events).context_id
+
+            again = await client.get_task(pb.GetTaskRequest(id=task_id))
+            assert state_name(again.status.state) == "TASK_STATE_COMPLETED"
+            assert [p.text for p in again.artifacts[0].parts] == [answer]
+            assert again.history[0].parts[0].text == "Please review the plan."
+
+            # A follow-up in the same context is the member's next prompt, its own turn.
+            follow = await collect(client.send_message(message("And the next step?", context_id)))
+            assert states(follow)[-1] == "TASK_STATE_COMPLETED" and task_of(follow).context_id == context_id
+            listed = await client.list_tasks(pb.ListTasksRequest(context_id=context_id))
+            assert {t.id for t in listed.tasks} == {task_id, task_of(follow).id}
+
+            # The HTTP+JSON binding serves the same tasks.
+            _, rest = await client_for(h, f"{daphne_server.url}/a2a/deleg/worker", binding="HTTP+JSON")
+            via_rest = await rest.get_task(pb.GetTaskRequest(id=task_id))
+            assert state_name(via_rest.status.state) == "TASK_STATE_COMPLETED"
+
+        prompts = prompt_turns(team, "worker")
+        assert [p["text"] for p in prompts] == ["Please review the plan.", "And the next step?"]
+        listed = team.op("GET", f"/teams/{team.name}/prompts").json()["prompts"]
+        assert {p["author"] for p in listed} == {"planner@a2a"}
+
+        # The team's card routes to the Lead.
+        async with http(token) as h:
+            team_card, _ = await client_for(h, f"{daphne_server.url}/a2a/deleg")
+            assert team_card.name == "deleg"
+            assert team_card.supported_interfaces[0].url.endswith("/a2a/deleg/lead/")
+    finally:
+        team.stop_all()
+
+
+async def test_refused_callers_get_nothing(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "guarded")
+    other = live_env.team_create("other")
+    token = credential(team, "outsider")
+    viewer = live_env.operator_create("watcher", viewer=True)["token"]
+    url = f"{daphne_server.url}/a2a/guarded/lead"
+    async with http(token) as h:
+        card, _ = await client_for(h, url)
+    for bad in ["sba_not-a-credential", other["lead"]["token"], team.lead_token]:
+        async with http(bad) as h:
+            client = ClientFactory(ClientConfig(httpx_client=h, streaming=False)).create(card)
+            with pytest.raises(A2AClientError):
+                await collect(client.send_message(message("let me in")))
+    async with httpx.AsyncClient(timeout=30) as raw:
+
+        async def post(bearer: str) -> httpx.Response:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+            return await raw.post(url + "/", json=body, headers={"Authorization": f"Bearer {bearer}"})
+
+        refused = await post(other["lead"]["token"])
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
+        assert (await post(viewer)).status_code == 403
+        unknown = await post("nope")
+        assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "UNAUTHENTICATED"
+        # A credential for another team, and a revoked one.
+        elsewhere = live_env.manage_json("a2a_credential", "elsewhere", "--team", "other")["token"]
+        assert (await post(elsewhere)).status_code == 403
+        live_env.manage("a2a_credential", "outsider", "--revoke")
+        assert (await post(token)).status_code == 401
+        assert (await raw.get(f"{daphne_server.url}/a2a/guarded/nobody/.well-known/agent-card.json")).status_code == 404
+    assert prompt_turns(team, "lead") == []
+
+
+async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "cancels")
+    try:
+        team.start_host("echo")
+        spawn_worker(team)
+        token = credential(team, "canceller")
+        async with http(token) as h:
+            _, client = await client_for(h, f"{daphne_server.url}/a2a/cancels/worker", streaming=False, polling=True)
+            running = task_of(await collect(client.send_message(message("[hold] wait for my word"))))
+            team.wait_for(lambda: status_of(team, "worker") == "running" and prompt_turns(team, "worker"),
+                          "the held prompt's turn to run")
+            now = await client.get_task(pb.GetTaskRequest(id=running.id))
+            assert state_name(now.status.state) == "TASK_STATE_WORKING"
+
+            waiting = task_of(await collect(client.send_message(message("a question that waits"))))
+            assert state_name(waiting.status.state) == "TASK_STATE_SUBMITTED"
+            withdrawn = await client.cancel_task(pb.CancelTaskRequest(id=waiting.id))
+            assert state_name(withdrawn.status.state) == "TASK_STATE_CANCELED"
+
+            stopped = await client.cancel_task(pb.CancelTaskRequest(id=running.id))
+            assert state_name(stopped.status.state) == "TASK_STATE_CANCELED"
+            with pytest.raises(TaskNotCancelableError):
+                await client.cancel_task(pb.CancelTaskRequest(id=running.id))
+
+            # The withdrawn prompt never got a turn; the member takes the next task.
+            _, streaming = await client_for(h, f"{daphne_server.url}/a2a/cancels/worker")
+            after = await collect(streaming.send_message(message("are you free?")))
+            assert states(after)[-1] == "TASK_STATE_COMPLETED"
+            assert artifact_texts(after)[0].endswith("are you free?")
+        ends = [e for e in team.history("worker") if e["kind"] == "turn_end"]
+        assert [e["reason"] for e in ends] == ["interrupted", "done"]
+        assert [p["text"] for p in prompt_turns(team, "worker")] == ["[hold] wait for my word", "are you free?"]
+    finally:
+        team.stop_all()
