@@ -20,6 +20,7 @@ next call on that thread opens a fresh one.
 """
 import asyncio
 import contextlib
+import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,6 +31,7 @@ from django.db import connection, connections, transaction
 from mailbox import outage
 
 _executors: dict[str, ThreadPoolExecutor] = {}
+_sizes: dict[str, int] = {}  # threads per executor, for close_all
 _executors_lock = threading.Lock()
 _calling = threading.local()
 
@@ -57,8 +59,10 @@ def executor(lane: str = "pool"):
             if pool is None:
                 if lane == "pool" and _pool_is_writer():
                     pool = _executors[lane] = _writer_new()
+                    _sizes[lane] = 1
                 else:
-                    pool = _executors[lane] = ThreadPoolExecutor(threads(lane), thread_name_prefix=f"steerboard-db-{lane}")
+                    _sizes[lane] = threads(lane)
+                    pool = _executors[lane] = ThreadPoolExecutor(_sizes[lane], thread_name_prefix=f"steerboard-db-{lane}")
     return pool
 
 
@@ -91,6 +95,7 @@ def writer():
         found = _executors.get("writer")
         if found is None:
             found = _executors["writer"] = _writer_new()
+            _sizes["writer"] = 1
     return found
 
 
@@ -99,16 +104,16 @@ def _keep_connections() -> None:
     database error; then close it, and the next call opens a fresh one (cheaper
     and surer than asking a connection whether it still works: SQLite's always
     says yes)."""
-    for connection in connections.all(initialized_only=True):
-        connection.close_at = None  # CONN_MAX_AGE is for request threads; this one lives on
-        if connection.errors_occurred and not connection.in_atomic_block:
+    for each in connections.all(initialized_only=True):
+        each.close_at = None  # CONN_MAX_AGE is for request threads; this one lives on
+        if each.errors_occurred and not each.in_atomic_block:
             try:
-                connection.close()
+                each.close()
             except Exception:
-                connection.connection = None
-            connection.errors_occurred = False
+                each.connection = None
+            each.errors_occurred = False
         else:
-            connection.close_if_unusable_or_obsolete()
+            each.close_if_unusable_or_obsolete()
 
 
 def _connections_fresh() -> None:
@@ -127,18 +132,33 @@ def _connections_fresh() -> None:
     _calling.generation = generation
 
 
-class DatabaseThreads(SyncToAsync):
-    def __init__(self, func, *, lane: str = "pool"):
-        super().__init__(func, thread_sensitive=False, executor=executor(lane))
+class DatabaseThreads:
+    """The call shape of Channels' ``database_sync_to_async`` (``await
+    DatabaseThreads(fn)(*args)``), run on this module's threads through asgiref's
+    public ``SyncToAsync(..., executor=...)``. Each call records which event loop
+    waits for it (``calling_loop``) and keeps or refreshes the thread's connection
+    around ``fn``."""
 
-    def thread_handler(self, loop, *args, **kwargs):
-        _calling.loop = loop
-        _connections_fresh()
-        try:
-            return super().thread_handler(loop, *args, **kwargs)
-        finally:
-            _calling.loop = None
-            _keep_connections()
+    def __init__(self, func, *, lane: str = "pool"):
+        if lane not in LANES:
+            raise ValueError(f"no database lane {lane!r}; there are {LANES}")
+        self.func = func
+        self.lane = lane
+        functools.update_wrapper(self, func)
+
+    async def __call__(self, *args, **kwargs):
+        call = functools.partial(_on_database_thread, asyncio.get_running_loop(), self.func)
+        return await SyncToAsync(call, thread_sensitive=False, executor=executor(self.lane))(*args, **kwargs)
+
+
+def _on_database_thread(loop, func, *args, **kwargs):
+    _calling.loop = loop
+    _connections_fresh()
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _calling.loop = None
+        _keep_connections()
 
 
 def calling_loop() -> asyncio.AbstractEventLoop | None:
@@ -155,10 +175,9 @@ def close_all(timeout: float = 30) -> None:
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
     with _executors_lock:
-        pools = list(_executors.values())
+        pools = [(pool, _sizes.get(lane, 1)) for lane, pool in _executors.items()]
         _executors.clear()
-    for pool in pools:
-        size = pool._max_workers
+    for pool, size in pools:
         barrier = threading.Barrier(size)
 
         def close_here() -> None:

@@ -116,8 +116,6 @@ class _Call:
 
 
 class Writer(concurrent.futures.Executor):
-    _max_workers = 1  # mailbox/db.close_all sends one closing call per thread
-
     def __init__(
         self,
         name: str,
