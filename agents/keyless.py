@@ -21,14 +21,28 @@ coordinates through messages, never through sleeps or polling:
   blocked task-2 on it) completes task-1, telling the implementer each time.
 
 Every other member answers each turn with a short acknowledgement.
+
+Rounds: a human prompt to the Lead containing ``[next round]`` runs the
+workflow again in the same team (``manage.py demo --team NAME`` sends one).
+Each script then reads the conversation from the latest input carrying that
+marker only; the Lead messages the teammates it spawned in an earlier round
+(with the marker) instead of spawning them again, and they work on new tasks.
+A conversation without the marker is one round: the first run is unchanged.
+
+``step_delay`` makes each step wait that many seconds before it answers, as a
+model that thinks would, so a person can watch the team work on the dashboard
+(``manage.py demo --step-delay``); 0, the default, answers at once.
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import re
 
-from agents.model import ModelReply, StepContext, ToolCall
+from agents.model import INPUT_KINDS, ModelReply, StepContext, ToolCall
 
 WORKFLOW_OK = "TEAM_WORKFLOW_OK"
+NEXT_ROUND = "[next round]"
 
 # Markers the scripts look for in each other's messages.
 READY = "[implementer ready]"
@@ -105,38 +119,53 @@ def _ack(context: StepContext) -> ModelReply:
     return ModelReply(text=f"{context.member}: noted the message from {who}.")
 
 
+def _round(context: StepContext) -> StepContext:
+    """The context from the latest input carrying NEXT_ROUND on (the whole one without it)."""
+    starts = [
+        i for i, e in enumerate(context.entries) if e.get("kind") in INPUT_KINDS and NEXT_ROUND in (e.get("text") or "")
+    ]
+    if not starts:
+        return context
+    return dataclasses.replace(context, entries=context.entries[starts[-1] :])
+
+
+def _spawned(calls: list[dict]) -> set[str]:
+    return {c["arguments"].get("name") for c in _said(calls, "spawn_teammate") if "result" in c}
+
+
+TEAMMATES = (
+    ("researcher", "Researches the approach (task-1).", RESEARCHER_PROMPT),
+    ("implementer", "Implements the feature (task-2).", IMPLEMENTER_PROMPT),
+)
+
+
 class KeylessModel:
-    def __init__(self, member: str = ""):
+    def __init__(self, member: str = "", *, step_delay: float = 0.0):
         self.member = member
+        self.step_delay = step_delay
 
     async def step(self, context: StepContext) -> ModelReply:
-        script = {"lead": self.lead, "implementer": self.implementer, "researcher": self.researcher}.get(
-            context.member or self.member
-        )
-        return script(context) if script else _ack(context)
+        if self.step_delay:
+            await asyncio.sleep(self.step_delay)
+        member = context.member or self.member
+        current = _round(context)
+        if member == "lead":
+            return self.lead(current, earlier=_spawned(context.calls()) - _spawned(current.calls()))
+        script = {"implementer": self.implementer, "researcher": self.researcher}.get(member)
+        return script(current) if script else _ack(current)
 
     # --- the Lead ----------------------------------------------------------------------------
-    def lead(self, context: StepContext) -> ModelReply:
+    def lead(self, context: StepContext, earlier: set[str] = frozenset()) -> ModelReply:
+        """``context`` is this round's; ``earlier`` the teammates spawned in an earlier round."""
         calls = context.calls()
-        spawned = {c["arguments"].get("name") for c in _said(calls, "spawn_teammate") if "result" in c}
-        if "researcher" not in spawned:
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "spawn_teammate",
-                        {"name": "researcher", "description": "Researches the approach (task-1).", "prompt": RESEARCHER_PROMPT},
-                    )
-                ]
-            )
-        if "implementer" not in spawned:
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "spawn_teammate",
-                        {"name": "implementer", "description": "Implements the feature (task-2).", "prompt": IMPLEMENTER_PROMPT},
-                    )
-                ]
-            )
+        spawned = _spawned(calls)
+        for name, description, prompt in TEAMMATES:
+            if name in spawned:
+                continue
+            if name not in earlier:
+                return _call("spawn_teammate", {"name": name, "description": description, "prompt": prompt})
+            if not _sent(calls, name, NEXT_ROUND):
+                return _send(name, f"{NEXT_ROUND} {prompt}")
         report = _heard(context, "implementer", TASK2_DONE)
         if report is None:
             return ModelReply(text="The team is at work; I will check the board when the implementer reports.")
@@ -177,7 +206,7 @@ class KeylessModel:
         claimed = _heard(context, "researcher", TASK1_CLAIMED)
         if claimed is None:
             return ModelReply(tool_calls=[await_researcher])
-        research = (re.findall(r"task-\d+", claimed.get("text") or "") or ["task-1"])[0]
+        research = (re.findall(r"task-\d+", (claimed.get("text") or "").replace(TASK1_CLAIMED, "")) or ["task-1"])[0]
         created = [c for c in _said(calls, "team_task_create") if "result" in c]
         if not created:
             return ModelReply(
