@@ -266,6 +266,7 @@ class AgentSession:
                 if self._tools.ready:
                     self.client.transport = self._tools
             self.connected.set()
+            log.info("%s: connected to team %s (replay %s)", self.member, self.team, self._replay_left)
             if self._replay_left == 0:
                 self._replayed.set()
             for entry in list(self._unacked.values()):  # resend what was never acknowledged
@@ -280,6 +281,7 @@ class AgentSession:
         elif kind == "prompt":
             self._on_prompt(frame["prompt"])
         elif kind == "interrupt":
+            log.info("%s: interrupt received", self.member)
             if self._in_turn:
                 self._interrupt.set()
         elif kind == "ack":
@@ -332,7 +334,9 @@ class AgentSession:
                 self._inflight.remove(entry_id)
 
     def _acked(self, entry_id: str, *, folded: bool) -> None:
-        self._unacked.pop(entry_id, None)
+        entry = self._unacked.pop(entry_id, None)
+        if entry is not None:
+            log.info("%s: entry recorded: %s%s", self.member, _describe(entry), " (folded)" if folded else "")
         if folded:
             self.stats["folded_acks"] += 1
         waiter = self._ack_waiters.pop(entry_id, None)
@@ -346,6 +350,9 @@ class AgentSession:
         if self._baseline_pending:
             self._baseline_pending = False
             self._last_seq = max(self._last_seq, int(message["seq"]) - 1)
+        log.info(
+            "%s: steer received: message %s from %s (seq %s)", self.member, message_id, message.get("sender"), message.get("seq")
+        )
         if message_id in self._integrated:
             self.stats["folded_steers"] += 1
             entry = self._integrated[message_id]
@@ -381,6 +388,7 @@ class AgentSession:
     def _on_prompt(self, prompt: dict) -> None:
         prompt_id = str(prompt["id"])
         self.stats["prompts"] += 1
+        log.info("%s: prompt received: %s from %s", self.member, prompt_id, prompt.get("author"))
         if prompt_id in self._prompt_entries:
             # Pushed again (e.g. after a reconnect): it already has its turn. Report its entry again
             # (folded) and, if that turn is over, say idle again so the server completes it.
@@ -463,6 +471,7 @@ class AgentSession:
         self._in_turn, self._turn_id = True, turn_id
         self._interrupt.clear()
         await self._set_status("running")
+        log.info("%s: turn %s started (cause %s)", self.member, turn_id, cause)
         await self._report({"kind": "turn_start", "turn_id": turn_id, "step": 0, "cause": cause})
         if prompt is not None:
             entry = {
@@ -489,6 +498,7 @@ class AgentSession:
         self._mark_resumed = True
         self._interrupt.clear()
         await self._set_status("running")
+        log.info("%s: turn %s resumed from the history", self.member, turn_id)
         turn = [e for e in self.entries if e.get("turn_id") == turn_id]
         step = max((int(e.get("step") or 0) for e in turn), default=0)
         results = {e["call_id"] for e in turn if e.get("kind") == "tool_result"}
@@ -632,9 +642,22 @@ class AgentSession:
         if error:
             entry["error"] = error
         await self._report(entry)
+        log.info("%s: turn %s ended (%s)", self.member, turn_id, reason)
         self._in_turn = False
         self._interrupt.clear()
         await self._set_status("idle")
+
+
+def _describe(entry: dict) -> str:
+    """One entry in a -v line: its kind and what tells it apart."""
+    kind = entry.get("kind")
+    if kind in ("tool_call", "tool_result"):
+        return f"{kind} {entry.get('tool')}" + (f" error {entry['error'].get('code')}" if entry.get("error") else "")
+    if kind == "user_message":
+        return f"user_message from {(entry.get('source') or {}).get('sender')}"
+    if kind == "turn_end":
+        return f"turn_end {entry.get('reason')}"
+    return str(kind)
 
 
 async def run_session(server: str, token: str, model_factory: Callable[[str], Any]) -> None:
