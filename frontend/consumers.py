@@ -11,8 +11,21 @@ A socket without a signed-in session is accepted and closed at once with 4401
 the page cannot tell from a network error); the page then goes to the login
 page. Each socket joins a group of its session (``session_group``): signing
 out closes every socket that session still has open, with 4401 too.
+
+The team list hears of teams made by any process: another daphne, or
+``manage.py team_create`` on the embedded default, where the in-memory channel
+layer reaches no other process (and creating a team rings nobody anyway: no
+dashboard group exists for a team before it does). While team-list sockets are
+open in this process one task reads the teams' count and highest id every
+``TEAM_WATCH_INTERVAL`` seconds (one index-only read for all of them); when
+that changed, each of them joins the new teams' groups and gets a
+``team.changed`` with ``"kind": "team"``, and the page re-reads.
 """
+import asyncio
 import json
+import logging
+
+from django.db.models import Count, Max
 
 from frontend.signals import session_group
 from mailbox import events
@@ -20,7 +33,9 @@ from mailbox.consumers import LeanConsumer
 from mailbox.db import database_sync_to_async
 from teams.models import Team
 
+log = logging.getLogger(__name__)
 TEAM_LIST_WINDOW = 100
+TEAM_WATCH_INTERVAL = 2.0
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # A browser only ever sends {"type": "ping"}; anything longer is not ours.
@@ -33,12 +48,49 @@ def _team_ids(name: str | None) -> list[int]:
     return list(Team.objects.order_by("name").values_list("pk", flat=True)[:TEAM_LIST_WINDOW])
 
 
+def _teams_mark() -> tuple[int, int | None]:
+    found = Team.objects.aggregate(n=Count("pk"), top=Max("pk"))
+    return found["n"], found["top"]
+
+
+def _team_list_read() -> tuple[list[int], tuple[int, int | None]]:
+    return _team_ids(None), _teams_mark()
+
+
+# The team-list sockets of this process, and the one task that watches the teams for them.
+_team_lists: set["DashboardConsumer"] = set()
+_team_watch: asyncio.Task | None = None
+
+
+async def _watch_teams() -> None:
+    while _team_lists:
+        await asyncio.sleep(TEAM_WATCH_INTERVAL)
+        if not _team_lists:
+            return
+        try:
+            mark = await database_sync_to_async(_teams_mark)()
+        except Exception:  # the database is away: /readyz tells the page; try again next time
+            continue
+        for socket in [s for s in _team_lists if s.teams_mark != mark]:
+            try:
+                await socket.teams_changed()
+            except Exception:
+                log.warning("could not tell a team list about new teams", exc_info=True)
+
+
+def _team_watch_start() -> None:
+    global _team_watch
+    if _team_watch is None or _team_watch.done():
+        _team_watch = asyncio.ensure_future(_watch_teams())
+
+
 def _error(message: str) -> dict:
     return {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": message}}
 
 
 class DashboardConsumer(LeanConsumer):
     groups_joined: list[str] = []
+    teams_mark: tuple[int, int | None] | None = None
 
     async def connect(self):
         self.groups_joined = []
@@ -47,7 +99,10 @@ class DashboardConsumer(LeanConsumer):
             await self._refuse(CLOSE_UNAUTHENTICATED)
             return
         team_name = self.scope["url_route"]["kwargs"].get("team")
-        team_ids = await database_sync_to_async(_team_ids)(team_name)
+        if team_name is None:
+            team_ids, self.teams_mark = await database_sync_to_async(_team_list_read)()
+        else:
+            team_ids = await database_sync_to_async(_team_ids)(team_name)
         if team_name is not None and not team_ids:
             await self._refuse(CLOSE_NOT_FOUND)
             return
@@ -61,6 +116,19 @@ class DashboardConsumer(LeanConsumer):
         await self.accept()
         # The page re-reads on this frame: anything before the subscription is in that read.
         await self.send_json({"type": "subscribed", "team": team_name})
+        if team_name is None:
+            _team_lists.add(self)
+            _team_watch_start()
+
+    async def teams_changed(self) -> None:
+        """Teams were made (or removed) since this team list last looked: follow the
+        new ones too, then ring the page."""
+        team_ids, self.teams_mark = await database_sync_to_async(_team_list_read)()
+        for group in (events.dashboard_group(team_id) for team_id in team_ids):
+            if group not in self.groups_joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+                self.groups_joined.append(group)
+        await self.send_json({"type": "team.changed", "kind": "team"})
 
     async def _refuse(self, code: int) -> None:
         """Accept, then close with ``code``: the browser sees the code (a refused
@@ -69,6 +137,7 @@ class DashboardConsumer(LeanConsumer):
         await self.close(code=code)
 
     async def disconnect(self, code):
+        _team_lists.discard(self)
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
