@@ -194,7 +194,7 @@ def _iso(value: datetime) -> str:
 def nice_ticks(top: float, *, count: int = 4, whole: bool = False) -> list[float]:
     """0 and evenly spaced round values (1, 2, 5 × 10ⁿ) up to at least ``top``."""
     if top <= 0:
-        return [0, 1] if whole else [0, 1]
+        return [0, 1]
     raw = top / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
@@ -246,6 +246,8 @@ UNITS = {
     "depth": ("pending", fmt_number, True),
     "latency": ("send → delivered", fmt_seconds, False),
 }
+# The svg's data-chart (docs/dashboard.md): "latency" already names the recent-deliveries scatter.
+HOOKS = {"rate": "msg-rate", "depth": "pending-depth", "latency": "latency-percentiles"}
 WIDTH, HEIGHT = 320, 150
 LEFT, RIGHT, TOP, BOTTOM = 46, 10, 10, 22
 
@@ -269,7 +271,7 @@ def svg_chart(*, kind: str, window: Window, series: list[dict], title: str) -> s
     label = f"{title}, last {window.key}"
     out = [
         f'<svg class="chart-svg" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(label)}" '
-        f'data-chart="{kind}" data-window="{window.key}" data-y-max="{fmt_number(y_max)}">',
+        f'data-chart="{HOOKS[kind]}" data-window="{window.key}" data-y-max="{fmt_number(y_max)}">',
         f"<title>{escape(label)}</title>",
     ]
     for t in ticks:

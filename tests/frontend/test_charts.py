@@ -97,7 +97,7 @@ def test_the_endpoint_answers_each_window_and_refuses_another(client):
     for key in ("15m", "1h", "24h"):
         body = client.get(f"/teams/alpha/charts.json?window={key}").json()
         assert body["window"] == key
-        assert 'data-chart="rate"' in body["members"][1]["svg"]["rate"]
+        assert 'data-chart="msg-rate"' in body["members"][1]["svg"]["rate"]
         assert body["totals"]["numbers"]["p50"] == 2.0
     refused = client.get("/teams/alpha/charts.json?window=7d")
     assert refused.status_code == 400

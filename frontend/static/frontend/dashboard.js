@@ -6,6 +6,10 @@
 // Message HTML arrives already rendered and sanitised by the server; every
 // other string is set as text.
 
+import { startAges, timeAgo } from "./ages.js";
+import { followSnapshot, announce } from "./announce.js";
+import { latencyChart, startCharts } from "./charts.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 const STATES = ["queued", "accepted", "delivered"];
 const body = document.body;
@@ -53,7 +57,7 @@ function seconds(value) {
   return `${Math.round(value / 60)} min`;
 }
 function timeEl(label, iso) {
-  return iso ? h("time", { datetime: iso, title: iso, class: `t-${label}` }, `${label} ${clock(iso)}`) : null;
+  return timeAgo(iso, `${label} {ago}`, { class: `t-${label}` });
 }
 
 // ------------------------------------------------------------ the server's database
@@ -78,6 +82,10 @@ function showConnection() {
   } else {
     conn.dataset.connection = state;
     conn.textContent = { live: "live", offline: "offline — reconnecting" }[state] || "connecting…";
+  }
+  if (conn.dataset.announced !== conn.dataset.connection) {
+    if (conn.dataset.announced) announce(`Connection: ${conn.textContent}.`);
+    conn.dataset.announced = conn.dataset.connection;
   }
 }
 
@@ -213,49 +221,11 @@ function stateBar(counts) {
   return svg;
 }
 
-function latencyChart(points, { width = 300, height = 90, colors = null } = {}) {
-  const svg = s("svg", { class: "latency", viewBox: `0 0 ${width} ${height}`, role: "img", "data-points": points.length });
-  if (!points.length) {
-    svg.append(s("title", {}, "No delivered messages yet"));
-    svg.append(s("text", { x: width / 2, y: height / 2, class: "axis", "text-anchor": "middle" }, "no deliveries yet"));
-    return svg;
-  }
-  const times = points.map((p) => Date.parse(p.delivered_at));
-  const t0 = Math.min(...times);
-  const t1 = Math.max(...times);
-  const maxSeconds = Math.max(...points.map((p) => p.seconds), 0.001);
-  const left = 34, right = 6, top = 6, bottom = 14;
-  const x = (t) => left + (t1 === t0 ? (width - left - right) / 2 : ((t - t0) / (t1 - t0)) * (width - left - right));
-  const y = (v) => top + (1 - v / maxSeconds) * (height - top - bottom);
-  svg.append(s("title", {}, `send → delivered, last ${points.length} deliveries, max ${seconds(maxSeconds)}`));
-  svg.append(s("line", { x1: left, y1: y(0), x2: width - right, y2: y(0), class: "axis-line" }));
-  svg.append(s("line", { x1: left, y1: top, x2: left, y2: y(0), class: "axis-line" }));
-  svg.append(s("text", { x: left - 3, y: top + 6, class: "axis", "text-anchor": "end" }, seconds(maxSeconds)));
-  svg.append(s("text", { x: left - 3, y: y(0), class: "axis", "text-anchor": "end" }, "0"));
-  svg.append(s("text", { x: left, y: height - 2, class: "axis" }, clock(new Date(t0).toISOString())));
-  svg.append(s("text", { x: width - right, y: height - 2, class: "axis", "text-anchor": "end" }, clock(new Date(t1).toISOString())));
-  const byTarget = new Map();
-  points.forEach((p, i) => {
-    if (!byTarget.has(p.target)) byTarget.set(p.target, []);
-    byTarget.get(p.target).push([x(times[i]), y(p.seconds), p]);
-  });
-  for (const [target, pts] of byTarget) {
-    const cls = colors ? `series c${colors.get(target) % 8}` : "series c0";
-    pts.sort((a, b) => a[0] - b[0]);
-    if (pts.length > 1) svg.append(s("polyline", { class: `${cls} line`, points: pts.map(([px, py]) => `${px.toFixed(1)},${py.toFixed(1)}`).join(" ") }));
-    for (const [px, py, p] of pts) {
-      svg.append(s("circle", { cx: px.toFixed(1), cy: py.toFixed(1), r: 2.2, class: cls, "data-message-ref": p.message_id },
-        s("title", {}, `${p.target}: ${seconds(p.seconds)} (delivered ${clock(p.delivered_at)})`)));
-    }
-  }
-  return svg;
-}
-
 // ---------------------------------------------------------------- team page
 function messageItem(team, m, canAct) {
   const retry = canAct && m.state !== "delivered"
     ? h("button", {
-        type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id,
+        type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id, "aria-label": `Retry message #${m.seq} from ${m.sender}`,
         title: "Run admission again for this message",
         onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/retry`),
       }, "retry")
@@ -300,24 +270,28 @@ function entryItem(e) {
     "data-entry-sender": e.message_id && e.verified ? e.sender : null,
     "data-entry-author": e.kind === "prompt" && e.verified ? e.author : null },
     h("span", { class: "entry-kind" }, label), e.text ? h("span", { class: "entry-text" }, e.text) : null,
-    h("time", { datetime: e.at, class: "muted" }, clock(e.at)));
+    timeAgo(e.at, "{ago}", { class: "muted" }));
 }
 
 function timeline(member) {
+  // "in progress" only for the turn the member is running now: a member that only
+  // polls (an MCP or REST inbox read) leaves turns without an end, and is not busy.
+  const running = member.current_turn ? member.current_turn.turn_id : null;
   if (!member.timeline.length) return h("p", { class: "muted small" }, "No turns yet.");
   const turns = member.timeline.slice(-8).reverse(); // newest first; older ones are in the session history
   return h("ol", { class: "turns" }, turns.map((t) =>
-    h("li", { class: `turn turn-${t.kind}${t.ended ? " ended" : " open"}`, "data-turn-id": t.turn_id, "data-turn-kind": t.kind, "data-prompt-id": t.prompt_id, "data-ended": t.ended ? "true" : "false" },
+    h("li", { class: `turn turn-${t.kind}${t.ended ? " ended" : ""}${t.turn_id === running ? " open" : ""}`, "data-turn-id": t.turn_id, "data-turn-kind": t.kind, "data-prompt-id": t.prompt_id, "data-ended": t.ended ? "true" : "false", "data-in-progress": t.turn_id === running ? "true" : "false" },
       h("div", { class: "turn-head" },
         h("b", {}, t.kind === "prompt" ? "Prompt turn" : "Turn"), " ",
-        h("span", { class: "muted" }, `${t.step_count} step${t.step_count === 1 ? "" : "s"} · ${clock(t.started_at)}${t.ended ? "" : " · in progress"}${t.partial ? " · earlier entries not shown" : ""}`)),
+        h("span", { class: "muted" }, `${t.step_count} step${t.step_count === 1 ? "" : "s"} · `, timeAgo(t.started_at, "started {ago}"),
+          `${t.turn_id === running ? " · in progress" : ""}${t.partial ? " · earlier entries not shown" : ""}`)),
       h("ol", { class: "steps" }, t.steps.map((st) =>
         h("li", { class: "step", "data-step": st.step },
           h("span", { class: "step-no" }, `step ${st.step}`),
           h("ul", { class: "entries" }, st.entries.map(entryItem))))))));
 }
 
-function lane(team, member, canAct, openState) {
+function lane(team, member, canAct, openState, color) {
   const counts = member.counts;
   const cols = STATES.map((st) => {
     const list = member.messages[st];
@@ -331,27 +305,30 @@ function lane(team, member, canAct, openState) {
   const prompts = member.prompts.length
     ? h("ul", { class: "prompts" }, member.prompts.map((p) =>
         h("li", { class: `prompt state-${p.state}`, "data-prompt-id": p.id, "data-state": p.state },
-          h("span", { class: `pill state-${p.state}` }, `prompt ${p.state}`), " ", h("span", { class: "muted" }, `${p.author} · ${clock(p.created_at)}`), " ",
+          h("span", { class: `pill state-${p.state}` }, `prompt ${p.state}`), " ", h("span", { class: "muted" }, `${p.author} · `, timeAgo(p.created_at, "{ago}")), " ",
           h("span", { class: "prompt-text" }, p.content.length > 200 ? `${p.content.slice(0, 199)}…` : p.content))))
     : null;
   const details = h("details", { class: "timeline", "data-timeline": member.name, open: openState ? true : null,
     ontoggle: (ev) => { openTimelines.set(member.name, ev.currentTarget.open); } },
   h("summary", {}, "Timeline"), timeline(member));
-  return h("article", { class: `lane card status-${member.status}`, "data-member": member.name, "data-status": member.status, "data-role": member.role },
+  const headingId = `lane-${member.name}`;
+  return h("article", { class: `lane card status-${member.status}`, "data-member": member.name, "data-status": member.status, "data-role": member.role, "aria-labelledby": headingId },
     h("header", { class: "lane-head" },
-      h("h3", {}, member.name), h("span", { class: "role" }, member.role),
+      h("span", { class: `swatch c${color}`, "aria-hidden": "true", "data-color": color }),
+      h("h3", { id: headingId }, member.name), h("span", { class: "role" }, member.role),
       h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
+      timeAgo(member.status_changed_at, "for {age}", { class: "small muted", "data-status-since": "" }),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
-        turn ? `${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since ${clock(turn.started_at)}` : (member.status === "running" ? "turn starting" : "")),
+        turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
       canAct && (counts.queued + counts.accepted) > 0
-        ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member",
+        ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member", "aria-label": `Retry all undelivered messages to ${member.name}`,
             onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
         : null),
     member.description ? h("p", { class: "desc muted small" }, member.description) : null,
     h("div", { class: "pictures" },
       h("div", { class: "bar-wrap" }, stateBar(counts),
-        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`)),
-      latencyChart(member.latency, { width: 220, height: 50 })),
+        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`))),
+    h("div", { class: "lane-charts", "data-lane-charts": member.name }),
     prompts,
     h("div", { class: "cols" }, cols),
     details);
@@ -380,6 +357,7 @@ function renderTeam(snap) {
   const team = snap.team;
   const canAct = snap.me.can_act;
   const lanes = document.getElementById("lanes");
+  const colors = new Map(snap.members.map((m, i) => [m.name, i])); // one colour per member everywhere
   const seen = new Set();
   let previous = null;
   for (const member of snap.members) {
@@ -388,7 +366,7 @@ function renderTeam(snap) {
     let el = lanes.querySelector(`:scope > [data-member="${CSS.escape(member.name)}"]`);
     if (!el || laneKeys.get(member.name) !== key) {
       const open = openTimelines.has(member.name) ? openTimelines.get(member.name) : true;
-      const fresh = lane(team, member, canAct, open);
+      const fresh = lane(team, member, canAct, open, colors.get(member.name) % 8);
       if (el) el.replaceWith(fresh);
       el = fresh;
       laneKeys.set(member.name, key);
@@ -407,7 +385,6 @@ function renderTeam(snap) {
   const points = snap.members.flatMap((m) => m.latency);
   const latencyKey = JSON.stringify(points);
   if (latencyKey !== lastLatencyKey) {
-    const colors = new Map(snap.members.map((m, i) => [m.name, i]));
     const legend = h("ul", { class: "legend small" }, snap.members.filter((m) => m.latency.length).map((m) =>
       h("li", { class: `c${colors.get(m.name) % 8}` }, m.name)));
     document.getElementById("latency").replaceChildren(latencyChart(points, { colors }), legend);
@@ -422,8 +399,9 @@ function renderTeam(snap) {
     }
   }
   const stamp = document.querySelector("[data-generated-at]");
-  if (stamp) stamp.textContent = `as of ${clock(snap.generated_at)}`;
+  if (stamp) stamp.replaceChildren(timeAgo(snap.generated_at, "as of {ago}"));
   body.dataset.syncedAt = snap.generated_at;
+  document.dispatchEvent(new CustomEvent("dashboard:rendered", { detail: snap }));
 }
 
 async function act(button, url) {
@@ -456,6 +434,8 @@ function promptForm(team) {
         target: data.get("target"), content: data.get("content"),
       });
       status.textContent = `queued for ${answer.prompt.target}`;
+      // The status line then follows the prompt in the snapshots (announce.js): started, completed.
+      Object.assign(status.dataset, { promptRef: answer.prompt.id, promptTarget: answer.prompt.target, promptState: "queued" });
       form.querySelector("textarea").value = "";
     } catch (error) {
       status.textContent = `not sent: ${error.message}`;
@@ -467,12 +447,16 @@ function promptForm(team) {
 
 function teamPage() {
   const team = body.dataset.team;
+  startAges();
+  document.addEventListener("dashboard:rendered", (event) => followSnapshot(event.detail));
+  const chartsChanged = startCharts(team, { announce });
   const initial = document.getElementById("snapshot");
   if (initial) renderTeam(JSON.parse(initial.textContent));
   promptForm(team);
   const refresh = coalesced(async () => {
     try {
       renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
+      chartsChanged();
       delete body.dataset.syncError;
     } catch (error) {
       body.dataset.syncError = error.message;
@@ -496,10 +480,12 @@ function renderTeams(data) {
       stateBar(t.messages),
       h("p", { class: "counts" },
         h("span", { class: "q" }, `${t.messages.queued} queued`), " · ", h("span", { class: "a" }, `${t.messages.accepted} accepted`), " · ",
-        h("span", { class: "d" }, `${t.messages.delivered} delivered`), ` · ${t.open_tasks} open tasks`))));
+        h("span", { class: "d" }, `${t.messages.delivered} delivered`), ` · ${t.open_tasks} open tasks`),
+      h("p", { class: "small muted" }, timeAgo(t.created_at, "created {ago}")))));
 }
 
 function teamListPage() {
+  startAges();
   const refresh = coalesced(async () => {
     try {
       renderTeams(await getJson("/teams.json"));

@@ -1,0 +1,257 @@
+"""The team page in Chromium: charts with real ticks and numbers over a chosen window, relative
+ages with the exact time on hover, the team list seeing teams other processes make, the Lead's
+lane after an MCP inbox read, the prompt form following its prompt, and a layout that holds at
+1280 px and at a phone's 390 px."""
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import login, open_team, screenshot, tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+# Twenty deliveries to the implementer over the last twelve minutes (18 in 1 s, 2 in 30 s),
+# five to the reviewer forty minutes ago (2 s each), two messages still queued for the reviewer.
+HISTORY = """
+from datetime import timedelta
+from django.utils import timezone
+from mailbox.models import TeamMessage
+from teams.models import Member
+team = "{team}"
+lead = Member.objects.get(team__name=team, name="lead")
+impl = Member.objects.get(team__name=team, name="implementer")
+rev = Member.objects.get(team__name=team, name="reviewer")
+now = timezone.now()
+rows = []
+for i in range(1, 21):
+    latency = 30 if i in (7, 15) else 1
+    delivered = now - timedelta(seconds=720 - i * 30)
+    rows.append(TeamMessage(team_id=lead.team_id, sender=lead, target=impl, content=f"step **{{i}}**", seq=i,
+                            state="delivered", queued_at=delivered - timedelta(seconds=latency),
+                            accepted_at=delivered - timedelta(seconds=latency), delivered_at=delivered))
+for i in range(1, 8):
+    delivered = now - timedelta(minutes=40, seconds=-i) if i <= 5 else None
+    rows.append(TeamMessage(team_id=lead.team_id, sender=impl, target=rev, content=f"review {{i}}", seq=i,
+                            state="delivered" if delivered else "queued",
+                            queued_at=(delivered - timedelta(seconds=2)) if delivered else now - timedelta(seconds=20),
+                            accepted_at=delivered, delivered_at=delivered))
+TeamMessage.objects.bulk_create(rows)
+Member.objects.filter(pk=impl.pk).update(next_seq=21)
+Member.objects.filter(pk=rev.pk).update(next_seq=8)
+"""
+
+EXACT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC[+−]\d\d:\d\d$")
+
+
+def _team_with_history(live_env, server, name: str) -> dict:
+    team = live_env.team_create(name)
+    lead = team["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
+    tool(server, lead, "spawn_teammate", name="reviewer", description="reads it through", prompt="")
+    live_env.manage("shell", "-c", HISTORY.format(team=name))
+    return team
+
+
+def _no_horizontal_overflow(page) -> None:
+    overflow = page.evaluate(
+        "() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert overflow[0] <= overflow[1], f"page is {overflow[0]} px wide in a {overflow[1]} px viewport"
+
+
+def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(live_env, daphne_server, page):
+    server = daphne_server
+    _team_with_history(live_env, server, "charts")
+    live_env.operator_create("op")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "charts")
+
+    panel = page.locator("#team-charts")
+    expect(panel).to_have_attribute("data-window", "15m")
+    rate = panel.locator('svg[data-chart="msg-rate"]')
+    expect(rate.locator(".y-tick")).to_have_count(5)  # 0 and four round steps, not only min and max
+    expect(rate.locator(".x-tick text")).to_have_text(["−15 min", "−10 min", "−5 min", "now"])
+    ticks = [float(t) for t in rate.locator(".y-tick").evaluate_all("els => els.map(e => e.dataset.tick)")]
+    assert ticks[0] == 0 and all(b > a for a, b in zip(ticks, ticks[1:]))
+    # Readable: the axis labels are drawn at 9 px or more on the screen.
+    font = rate.locator(".y-tick text").first.evaluate(
+        "t => parseFloat(getComputedStyle(t).fontSize) * t.ownerSVGElement.getBoundingClientRect().width / 320"
+    )
+    assert font >= 9
+
+    numbers = page.locator('[data-chart-numbers="team"]')
+    expect(numbers.locator('[data-number="depth"]')).to_have_text("2")
+    expect(numbers.locator('[data-number="delivered"]')).to_have_text("20")
+    expect(numbers.locator('[data-number="p50"]')).to_have_text("1 s")
+    expect(numbers.locator('[data-number="p95"]')).to_have_text("30 s")
+
+    impl = page.locator('[data-lane-charts="implementer"]')
+    expect(impl.locator('[data-number="delivered"]')).to_have_text("20")
+    expect(impl.locator('[data-number="p95"]')).to_have_text("30 s")
+    expect(page.locator('[data-lane-charts="reviewer"] [data-number="depth"]')).to_have_text("2")
+    # The two slow deliveries are clipped and marked in the percentile chart, not flattening it.
+    latency = impl.locator('svg[data-chart="latency-percentiles"]')
+    expect(latency.locator("[data-clipped]")).to_have_count(2)
+    assert float(latency.get_attribute("data-y-max")) < 30
+    # One colour per member: the lane's swatch, its series, the team chart's and the legend agree.
+    colour = page.locator('[data-member="implementer"] .swatch').evaluate("e => getComputedStyle(e).backgroundColor")
+    lane_line = impl.locator('svg[data-chart="msg-rate"] polyline').evaluate("e => getComputedStyle(e).stroke")
+    team_line = rate.locator("polyline.c1").evaluate("e => getComputedStyle(e).stroke")
+    legend = page.locator('[data-legend="implementer"]').evaluate("e => getComputedStyle(e, '::before').color")
+    assert colour == lane_line == team_line == legend
+    assert page.locator('[data-member="reviewer"] .swatch').evaluate("e => getComputedStyle(e).backgroundColor") != colour
+
+    # 1 h: the reviewer's deliveries forty minutes ago come in; the switch survives a reload.
+    page.get_by_role("button", name="1 h").click()
+    expect(panel).to_have_attribute("data-window", "1h")
+    expect(page.get_by_role("button", name="1 h")).to_have_attribute("aria-pressed", "true")
+    expect(rate.locator(".x-tick text")).to_have_text(["−1 h", "−45 min", "−30 min", "−15 min", "now"])
+    expect(numbers.locator('[data-number="delivered"]')).to_have_text("25")
+    expect(page.locator('[data-lane-charts="reviewer"] [data-number="p50"]')).to_have_text("2 s")
+    expect(page.locator('[data-lane-charts="reviewer"]')).to_have_attribute("data-window", "1h")
+    assert "window=1h" in page.url
+    page.reload()
+    expect(page.locator("#team-charts")).to_have_attribute("data-window", "1h")
+    page.get_by_role("button", name="24 h").click()
+    expect(panel).to_have_attribute("data-window", "24h")
+    expect(rate.locator(".x-tick text").first).to_have_text("−24 h")
+    expect(rate.locator(".x-tick text").last).to_have_text("now")
+    expect(numbers.locator('[data-number="delivered"]')).to_have_text("25")
+    page.get_by_role("button", name="15 min").click()
+    expect(numbers.locator('[data-number="delivered"]')).to_have_text("20")
+
+    # Relative ages with the exact time on hover.
+    delivered = page.locator('[data-member="implementer"] [data-state="delivered"] time.t-delivered').first
+    expect(delivered).to_have_text(re.compile(r"^delivered \d+ (s|min) ago$"))
+    assert EXACT.match(delivered.get_attribute("title")), delivered.get_attribute("title")
+    queued = page.locator('[data-member="reviewer"] [data-state="queued"] time.t-queued').first
+    before = queued.text_content()
+    expect(queued).not_to_have_text(before)  # it counts up on its own
+    assert page.locator('[data-member="lead"] time[data-status-since]').text_content().startswith("for ")
+    screenshot(page, "charts-1280")
+    _no_horizontal_overflow(page)
+    assert page.page_errors == []
+
+
+def test_a_phone_width_has_no_horizontal_overflow_and_the_page_works_by_keyboard(live_env, daphne_server, page, agents):
+    server = daphne_server
+    team = _team_with_history(live_env, server, "phone")
+    live_env.operator_create("op")
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(page, server, "op", "pw-op")
+    _no_horizontal_overflow(page)
+    open_team(page, server, "phone")
+    expect(page.locator('[data-lane-charts="implementer"] svg[data-chart="msg-rate"]')).to_be_visible()
+    _no_horizontal_overflow(page)
+    screenshot(page, "charts-390")
+
+    # Keyboard: the first Tab reaches the skip link, which moves focus to the content.
+    page.keyboard.press("Tab")
+    expect(page.locator(":focus")).to_have_text("Skip to content")
+    page.keyboard.press("Enter")
+    expect(page.locator(":focus")).to_have_attribute("id", "main")
+    choice = page.get_by_role("button", name="1 h")
+    choice.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#team-charts")).to_have_attribute("data-window", "1h")
+    # Every control has a name; the form's fields have labels.
+    expect(page.get_by_label("To", exact=True)).to_be_visible()
+    expect(page.get_by_label("Prompt", exact=True)).to_be_visible()
+    expect(page.get_by_role("button", name="Retry all undelivered messages to reviewer")).to_be_visible()
+    expect(page.get_by_role("region", name="Team over time")).to_be_visible()
+    # A state change is announced in the live region.
+    announcer = page.locator("[data-announcer]")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    agents(server, team["lead"]["token"], "idle")
+    expect(announcer).to_contain_text("lead is now idle")
+    _no_horizontal_overflow(page)
+    assert page.page_errors == []
+
+
+def test_a_team_made_by_manage_py_team_create_appears_on_an_open_team_list(live_env, daphne_server, page):
+    server = daphne_server
+    live_env.team_create("first")
+    live_env.operator_create("viewer", viewer=True)
+    login(page, server, "viewer", "pw-viewer")
+    expect(page.locator("body")).to_have_attribute("data-connection", "live")
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator("[data-team]")).to_have_count(1)
+    created = page.locator('[data-team="first"] time[data-ago]')
+    expect(created).to_have_text(re.compile(r"^created (\d+ s ago|just now)$"))
+
+    live_env.team_create("second")  # another process, no channel layer in common on the embedded default
+    expect(page.locator('[data-team="second"]')).to_be_visible(timeout=10_000)
+    # ... and that team's changes arrive live too (its dashboard group was joined).
+    tool(server, _lead(live_env, "second"), "spawn_teammate", name="helper", description="d", prompt="")
+    expect(page.locator('[data-team="second"] [data-member="helper"]')).to_be_visible(timeout=10_000)
+    assert page.evaluate("window.__sameDocument") is True
+
+
+def _lead(live_env, team: str) -> str:
+    return live_env.manage_json("member_token", team, "lead")["token"]
+
+
+def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(live_env, daphne_server, page):
+    from tests.e2e.test_mcp import mcp_client
+
+    server = daphne_server
+    team = live_env.team_create("poll")
+    lead = team["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
+    impl = live_env.manage_json("member_token", "poll", "implementer")["token"]
+    sent = tool(server, impl, "send_message", target="lead", message="Done with task-1.")
+    live_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "poll")
+    lane = page.locator('[data-member="lead"]')
+    expect(lane.locator(f'[data-message-id="{sent["message_id"]}"]')).to_have_attribute("data-state", "queued")
+
+    async def read_inbox():
+        async with mcp_client(server, lead) as client:
+            read = await client.read_resource("steerboard://inbox?after_seq=0")
+            return json.loads(read.contents[0].text)
+
+    # On a thread of its own: Playwright's sync API keeps an event loop running on this one.
+    with ThreadPoolExecutor(1) as pool:
+        page_read = pool.submit(asyncio.run, read_inbox()).result(timeout=60)
+    assert [m["id"] for m in page_read["messages"]] == [sent["message_id"]]
+    expect(lane.locator(f'[data-message-id="{sent["message_id"]}"]')).to_have_attribute("data-state", "delivered")
+    turn = lane.locator("[data-turn-id]")
+    expect(turn).to_have_count(1)
+    expect(turn.locator('[data-entry-kind="user_message"]')).to_have_count(1)
+    status = lane.get_attribute("data-status")
+    assert status != "running"
+    expect(turn).to_have_attribute("data-in-progress", "false")
+    expect(lane.locator(".turn-head")).not_to_contain_text("in progress")
+    expect(lane.locator("[data-current-turn]")).to_have_text("")
+    screenshot(page, "lead-after-mcp-inbox-read")
+
+
+def test_the_prompt_form_follows_its_prompt_until_it_completed(live_env, daphne_server, page, agents):
+    server = daphne_server
+    team = live_env.team_create("asks")
+    live_env.operator_create("op")
+    session = agents(server, team["lead"]["token"], "idle")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "asks")
+    form = page.locator('form[data-action="prompt"]')
+    form.locator('select[name="target"]').select_option("lead")
+    form.locator('textarea[name="content"]').fill("Summarise the day.")
+    form.get_by_role("button", name="Send prompt").click()
+    status = form.locator("[data-prompt-status]")
+    pushed = session.recv("prompt")
+    prompt_id = pushed["prompt"]["id"]
+    session.status("running")
+    session.entry("turn_start", turn_id="p-1", step=0)
+    session.entry("prompt", turn_id="p-1", step=0, prompt_id=prompt_id, text=pushed["prompt"]["content"])
+    expect(status).to_have_text("lead is running it")
+    session.entry("assistant_text", turn_id="p-1", step=0, text="A quiet day.")
+    session.entry("turn_end", turn_id="p-1", step=0)
+    session.status("idle")
+    expect(status).to_have_text("lead completed it")
+    expect(page.locator("[data-announcer]")).to_contain_text("Prompt to lead: lead completed it.")
