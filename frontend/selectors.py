@@ -104,6 +104,9 @@ def entry_view(row: HistoryEntry, sources: "EntrySources") -> dict:
         out["verified"] = author is not None
         if author is not None:
             out["author"] = author
+        a2a_task = sources.a2a_tasks.get((row.member_id, row.prompt_id)) if row.prompt_id else None
+        if a2a_task:  # the prompt came over A2A (delegation/): its task id
+            out["a2a_task"] = a2a_task
     return out
 
 
@@ -117,13 +120,15 @@ class EntrySources:
         prompt_ids = {r.prompt_id for r in rows if r.prompt_id and r.kind == EntryKind.PROMPT}
         self.messages: dict[tuple[int, str], tuple[str, str]] = {}
         self.prompts: dict[tuple[int, str], str] = {}
+        self.a2a_tasks: dict[tuple[int, str], str] = {}
         if message_ids:
             found = TeamMessage.objects.filter(pk__in=message_ids).values_list("pk", "target_id", "sender__name", "kind")
             self.messages = {(target, pk): (sender, kind) for pk, target, sender, kind in found}
         if prompt_ids:
             username = f"author__{get_user_model().USERNAME_FIELD}"
-            found = HumanPrompt.objects.filter(pk__in=prompt_ids).values_list("pk", "target_id", username)
-            self.prompts = {(target, pk): author for pk, target, author in found}
+            found = HumanPrompt.objects.filter(pk__in=prompt_ids).values_list("pk", "target_id", username, "a2a_task__id")
+            self.prompts = {(target, pk): author for pk, target, author, _ in found}
+            self.a2a_tasks = {(target, pk): task for pk, target, _, task in found if task}
 
 
 def _step_of(data: dict, default: int) -> int:

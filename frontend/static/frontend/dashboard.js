@@ -253,6 +253,7 @@ function steeredLabel(e) {
 }
 
 function promptLabel(e) {
+  if (e.verified && e.a2a_task) return `prompt from ${e.author} · A2A task ${e.a2a_task}`;
   if (e.verified) return `prompt from ${e.author}`;
   return e.prompt_id ? "prompt (unverified author)" : "human prompt";
 }
@@ -316,6 +317,8 @@ function lane(team, member, canAct, openState, color) {
     h("header", { class: "lane-head" },
       h("span", { class: `swatch c${color}`, "aria-hidden": "true", "data-color": color }),
       h("h3", { id: headingId }, member.name), h("span", { class: "role" }, member.role),
+      h("a", { class: "small a2a-card", "data-a2a-card": member.name, title: "This member's A2A Agent Card (docs/a2a.md)",
+        href: `/a2a/${encodeURIComponent(team)}/${encodeURIComponent(member.name)}/.well-known/agent-card.json` }, "A2A card"),
       h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
       timeAgo(member.status_changed_at, "for {age}", { class: "small muted", "data-status-since": "" }),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
