@@ -58,6 +58,7 @@ from mailbox.models import (
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
 from teams.tokens import start_token_create
+from teams.wire_format import iso
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def message_wire(message: TeamMessage, *, sender_name: str | None = None, target
         "target": target_name or message.target.name,
         "content": message.content,
         "seq": message.seq,
-        "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso(message.created_at),
         "thread_id": message.thread_id or message.id,
         "kind": message.kind,
     }
@@ -481,7 +482,7 @@ def observation(*, target: str, status: str, state: str, has_host: bool, error: 
         expected = "The message stays queued for recovery."
     return {
         "target_status": str(status),
-        "observed_at": timezone.now().isoformat().replace("+00:00", "Z"),
+        "observed_at": iso(timezone.now()),
         "host_connected": bool(has_host),
         "expected": expected,
         "warnings": warnings,

@@ -38,6 +38,7 @@ from mailbox.models import (
 )
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Status, status_of
+from teams.wire_format import iso
 
 log = logging.getLogger(__name__)
 
@@ -440,7 +441,7 @@ class SendJob(_writer.Job):
             "target": self.target_name,
             "content": self.content,
             "seq": self.seq,
-            "created_at": self.created_at.isoformat().replace("+00:00", "Z"),
+            "created_at": iso(self.created_at),
             "thread_id": self.thread_id or self.message_id,
             "kind": MessageKind.MESSAGE,
         }

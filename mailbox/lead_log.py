@@ -12,10 +12,10 @@ The readers: ``message_trace`` (one message's history, for the trace page and
 ``GET /api/v1/teams/<team>/messages/<id>``).
 """
 from collections.abc import Iterable
-from datetime import datetime
 
 from mailbox import events
 from mailbox.models import EntryKind, HistoryEntry, LeadLogRecord, LogKind, TeamMessage
+from teams.wire_format import iso
 
 # The trace's name for each message record (``data-event`` on the trace page).
 EVENT_KINDS = {
@@ -62,9 +62,6 @@ def task_logged(*, team_id: int, data: dict) -> None:
 
 
 # --- readers ----------------------------------------------------------------------------------
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
 
 def message_events(*, message: TeamMessage) -> list[dict]:
     """Every Lead-log record of one message, oldest first, as trace events:
@@ -79,7 +76,7 @@ def message_events(*, message: TeamMessage) -> list[dict]:
         if kind == "accepted" and data.get("redelivery"):
             kind = "repushed"
         since = round((record.created_at - previous).total_seconds(), 3) if previous else None
-        out.append({**data, "kind": kind, "at": _iso(record.created_at), "since_previous": since, "record": record.id})
+        out.append({**data, "kind": kind, "at": iso(record.created_at), "since_previous": since, "record": record.id})
         previous = record.created_at
     return out
 
@@ -105,7 +102,7 @@ def delivery_entry(*, message: TeamMessage) -> dict | None:
     return {
         "entry_id": entry.entry_id,
         "position": entry.id,
-        "at": _iso(entry.created_at),
+        "at": iso(entry.created_at),
         "turn_id": turn_id,
         "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
     }

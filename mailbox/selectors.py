@@ -1,5 +1,4 @@
 """Reads of the mailbox for operators and the dashboard; every list is keyset-paginated."""
-import base64
 from datetime import datetime
 
 from django.db.models import Count, OuterRef, Q, Subquery
@@ -8,10 +7,8 @@ from mailbox.models import HistoryEntry, HumanPrompt, MessageState, PromptState,
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState, Team
+from teams.wire_format import cursor_decode, cursor_encode, cursor_refused, iso
 
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
 
 def message_out(message: TeamMessage) -> dict:
@@ -25,9 +22,9 @@ def message_out(message: TeamMessage) -> dict:
         "reply_to": message.reply_to or None,
         "kind": message.kind,
         "state": message.state,
-        "queued_at": _iso(message.queued_at),
-        "accepted_at": _iso(message.accepted_at),
-        "delivered_at": _iso(message.delivered_at),
+        "queued_at": iso(message.queued_at),
+        "accepted_at": iso(message.accepted_at),
+        "delivered_at": iso(message.delivered_at),
         "attempts": message.attempts,
         "failures": message.failures,
         "repushes": message.repushes,
@@ -98,17 +95,15 @@ def team_summary(*, team: Team) -> dict:
 
 
 def _cursor_encode(message: TeamMessage) -> str:
-    raw = f"{message.queued_at.isoformat()}|{message.pk}"
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return cursor_encode(f"{message.queued_at.isoformat()}|{message.pk}")
 
 
 def _cursor_decode(cursor: str) -> tuple[datetime, str]:
+    stamp, _, pk = cursor_decode(cursor).partition("|")
     try:
-        raw = base64.urlsafe_b64decode(cursor.encode() + b"==").decode()
-        stamp, _, pk = raw.partition("|")
         return datetime.fromisoformat(stamp), pk
-    except (ValueError, UnicodeDecodeError):
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "That cursor is not one this server handed out.")
+    except ValueError:
+        raise cursor_refused()
 
 
 def messages_matching(
@@ -179,9 +174,9 @@ def prompt_out(prompt: HumanPrompt) -> dict:
         "author": prompt.author.get_username(),
         "content": prompt.content,
         "state": prompt.state,
-        "created_at": _iso(prompt.created_at),
-        "started_at": _iso(prompt.started_at),
-        "completed_at": _iso(prompt.completed_at),
+        "created_at": iso(prompt.created_at),
+        "started_at": iso(prompt.started_at),
+        "completed_at": iso(prompt.completed_at),
     }
 
 

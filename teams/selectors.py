@@ -1,11 +1,10 @@
 """Reads of the roster and the task board."""
-import base64
-
 from django.db.models import Exists, OuterRef, QuerySet
 
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Task, TaskStatus, Team
 from teams.tokens import token_hash
+from teams.wire_format import cursor_decode, cursor_encode, cursor_refused
 
 
 def member_by_token(*, token: str) -> Member | None:
@@ -136,13 +135,13 @@ def _cursor_decode(cursor: str | None) -> int:
     if not cursor:
         return 0
     try:
-        return int(base64.urlsafe_b64decode(cursor.encode() + b"==").decode())
-    except (ValueError, UnicodeDecodeError):
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "That cursor is not one this server handed out.")
+        return int(cursor_decode(cursor))
+    except ValueError:
+        raise cursor_refused()
 
 
 def _cursor_encode(number: int) -> str:
-    return base64.urlsafe_b64encode(str(number).encode()).decode().rstrip("=")
+    return cursor_encode(str(number))
 
 
 def task_list(
