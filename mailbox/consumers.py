@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import events, hot_path, outage, quota, sessions, sweeper, tools, wire
+from mailbox import events, hot_path, outage, quota, recovery, sessions, sweeper, tools, wire
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import database_sync_to_async
 from teams.errors import ErrorCode, TeamError
@@ -365,7 +365,7 @@ class HostConsumer(_JsonFrames):
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await database_sync_to_async(sessions.host_connected)(team_id=self.team.pk, channel=self.channel_name)
+        await database_sync_to_async(recovery.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
 
     async def detach(self, code):
         if self.team is None:

@@ -43,7 +43,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 from django.utils import timezone
 
 from mailbox import events, faults, lead_log, selectors
@@ -196,7 +196,7 @@ class Admission:
     host_connected: bool | None = None
 
 
-def host_connected(team_id: int) -> bool:
+def team_has_host(team_id: int) -> bool:
     return HostPresence.objects.filter(team_id=team_id).exists()
 
 
@@ -237,7 +237,7 @@ def member_start(*, member_id: int) -> bool:
         status = member.status
         if status not in (Status.INACTIVE, Status.FAILED, Status.PROVISIONING) or _start_is_fresh(member):
             return False
-        if not host_connected(member.team_id):
+        if not team_has_host(member.team_id):
             return False
         try:
             _start_request(member=member, reason=_start_reason(status))
@@ -273,7 +273,7 @@ def target_admit(
         # to undo if a push fails. A resume writes (a token, the start request), so
         # it runs in a savepoint: a failed attempt leaves no half-written row behind.
         pushes_only = status in (Status.RUNNING, Status.IDLE)
-        has_host = None if pushes_only else host_connected(target.team_id)
+        has_host = None if pushes_only else team_has_host(target.team_id)
         if not pending:
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
@@ -441,7 +441,7 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     message, never that the target took on the work it asks for."""
     has_host = admission.host_connected
     if has_host is None:
-        has_host = host_connected(message.team_id)
+        has_host = team_has_host(message.team_id)
     return observation(
         target=message.target.name,
         status=admission.target_status,
@@ -557,74 +557,9 @@ def message_mark_delivered(*, message_id: str) -> bool:
     return True
 
 
-# --- 4. recover ---------------------------------------------------------------------------
+# --- 4. recover (mailbox/recovery.py runs the passes) -------------------------------------
 def undelivered_for(*, member: Member) -> list[TeamMessage]:
     return selectors.pending_of(target=member)
-
-
-def messages_reconcile() -> int:
-    """Mark delivered every message whose entry is in its target's history (a crash between the two)."""
-    held = HistoryEntry.objects.filter(member_id=OuterRef("target_id"), message_id=OuterRef("pk"))
-    ids = list(
-        TeamMessage.objects.filter(state__in=_PENDING)
-        .filter(Exists(held))
-        .order_by("state", "queued_at")  # walks the (state, queued_at) index; see recovery_sweep
-        .values_list("pk", flat=True)[:500]
-    )
-    return sum(message_mark_delivered(message_id=i) for i in ids)
-
-
-# Redelivery waits REDELIVER_AFTER, then 3x, then 7x that after the first acceptance (attempts 1, 2, 3+).
-REDELIVERY_BACKOFF = (1, 3, 7)
-
-
-def _redelivery_due(stale_before) -> set[int]:
-    """Targets with an accepted, undelivered message due for another push.
-
-    Each message backs off (REDELIVERY_BACKOFF, counted by its attempts), and a
-    target whose session is on this process and still holds steers it has not
-    reported is skipped: its websocket lost nothing, and pushing again would
-    add work exactly when the session is behind. The query reads the pending
-    few (the (state, queued_at) index), never the backlog a second time."""
-    rows = (
-        TeamMessage.objects.filter(state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
-        .order_by("queued_at")
-        .values_list("target_id", "accepted_at", "attempts")[:5000]
-    )
-    now, after = timezone.now(), settings.STEERBOARD["REDELIVER_AFTER"]
-    due = set()
-    for target_id, accepted_at, attempts in rows:
-        factor = REDELIVERY_BACKOFF[min(max(attempts, 1), len(REDELIVERY_BACKOFF)) - 1]
-        if accepted_at <= now - timedelta(seconds=after * factor):
-            due.add(target_id)
-    if due:
-        channels = Member.objects.filter(pk__in=due).values_list("pk", "session_channel")
-        due -= {pk for pk, channel in channels if events.session_awaits_entries(channel)}
-    return due
-
-
-def recovery_sweep() -> dict:
-    """One pass of recovery: reconcile, admit what is queued, re-push what is stale."""
-    reconciled = messages_reconcile()
-    stale_before = timezone.now() - timedelta(seconds=settings.STEERBOARD["REDELIVER_AFTER"])
-    # Ordered by queued_at, without DISTINCT: both databases then walk the (state,
-    # queued_at) index over the pending few. With DISTINCT, SQLite scanned the whole
-    # table through another index (130 ms per query at a million stored messages,
-    # on the thread every websocket of the process shares).
-    queued_targets = set(
-        TeamMessage.objects.filter(state=MessageState.QUEUED).order_by("queued_at").values_list("target_id", flat=True)[
-            :5000
-        ]
-    )
-    stale_targets = _redelivery_due(stale_before)
-    admitted = 0
-    for target_id in sorted(queued_targets | stale_targets):
-        faults.crash_point("mid_recovery")
-        result = target_admit(target_id=target_id, redeliver=target_id in stale_targets, skip_locked=True)
-        admitted += len(result.admitted) if result else 0
-    provisioned = members_start_pending()
-    resumed = sum(member_start(member_id=m) for m in selectors.members_awaiting_prompt())
-    return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed}
 
 
 def members_start_pending(*, team_id: int | None = None) -> int:

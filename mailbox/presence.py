@@ -17,7 +17,7 @@ already ended their sessions and dropped their presence, so the database no
 longer knows them; their clients reconnect and say hello again, which puts
 everything back. Every agent session (after its hello)
 and every host websocket is recorded with the id of the process holding it.
-Recovery (``presence_reap``, run before each sweep) treats a process whose
+Recovery (``presence_reap`` in mailbox/recovery.py, run before each sweep) treats a process whose
 row is older than ``PROCESS_TIMEOUT`` as dead:
 
 - each of its sessions is closed exactly as a clean disconnect would close it
@@ -38,15 +38,13 @@ import os
 import socket
 import threading
 import uuid
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from mailbox import delivery, events
+from mailbox import events
 from mailbox.models import HostPresence, ServerProcess, SessionPresence
-from teams.models import Member, SessionState
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +58,7 @@ _sessions: dict[str, int] = {}
 _hosts: dict[str, int] = {}
 
 
-def _timing(name: str) -> float:
+def timing(name: str) -> float:
     return settings.STEERBOARD[name]
 
 
@@ -143,52 +141,3 @@ def host_detached(*, channel: str) -> None:
     with _lock:
         _hosts.pop(channel, None)
     HostPresence.objects.filter(channel=channel).delete()
-
-
-# --- recovery: reap what dead processes left behind --------------------------------------------
-def presence_reap() -> dict:
-    """Close the sessions and drop the hosts of processes that stopped beating.
-
-    Safe to run in every process at once: each step is idempotent, and closing a
-    session only ends it while the member's current channel is still that one."""
-    from mailbox import sessions  # sessions imports this module
-
-    cutoff = timezone.now() - timedelta(seconds=_timing("PROCESS_TIMEOUT"))
-    live = set(ServerProcess.objects.filter(last_seen__gte=cutoff).values_list("pk", flat=True))
-    live.add(PROCESS_ID)
-    dead_sessions = list(
-        SessionPresence.objects.exclude(process_id__in=live).values_list("channel", "member_id")[:1000]
-    )
-    ended: set[int] = set()
-    for channel, member_id in dead_sessions:
-        before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
-        sessions.session_closed(member_id=member_id, channel=channel)  # drops its presence row too
-        if before:
-            ended.add(member_id)
-    # A dead process's host rows only count hosts that are gone: one DELETE.
-    hosts_dropped, _ = HostPresence.objects.exclude(process_id__in=live).delete()
-    # Members still marked connected through a channel no process vouches for
-    # (their presence row never committed, e.g. a crash inside the hello).
-    vouched = SessionPresence.objects.values("channel")
-    orphans = list(
-        Member.objects.exclude(session_state=SessionState.INACTIVE)
-        .exclude(session_channel="")
-        .exclude(session_channel__in=vouched)
-        .filter(status_changed_at__lt=cutoff)
-        .values_list("pk", "session_channel")[:1000]
-    )
-    for member_id, channel in orphans:
-        sessions.session_closed(member_id=member_id, channel=channel)
-        ended.add(member_id)
-    with transaction.atomic():
-        gone = ServerProcess.objects.filter(last_seen__lt=cutoff).exclude(pk=PROCESS_ID)
-        dead_ids = list(gone.values_list("pk", flat=True))
-        gone.delete()
-    # Their undelivered messages go to a live host now (cold-resume), not after REDELIVER_AFTER.
-    for member_id in sorted(ended):
-        delivery.target_admit(target_id=member_id, redeliver=True, skip_locked=True)
-    return {
-        "dead_processes": len(dead_ids),
-        "sessions_closed": len(ended),
-        "hosts_dropped": hosts_dropped,
-    }

@@ -7,8 +7,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import delivery, events, lead_log, presence, selectors
-from mailbox.models import HistoryEntry, HumanPrompt, PromptState, TeamMessage
+from mailbox import delivery, events, lead_log, presence
+from mailbox.models import HistoryEntry, HumanPrompt, PromptState
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
 from teams.services import member_fail, member_session_end, member_session_set
@@ -98,29 +98,6 @@ def member_interrupt(*, lead: Member, target_name: str) -> str:
 
 
 # --- hosts ---------------------------------------------------------------------------------
-def host_connected(*, team_id: int, channel: str) -> None:
-    presence.host_attached(team_id=team_id, channel=channel)
-    # A host that just arrived can provision and resume what was waiting for one.
-    Member.objects.filter(team_id=team_id).update(start_requested_at=None)
-    delivery.members_start_pending(team_id=team_id)
-    waiting = (
-        TeamMessage.objects.filter(team_id=team_id, state="queued").values_list("target_id", flat=True).distinct()
-    )
-    # Accepted for an inactive target means a start went to a host that may be gone: ask this one.
-    unresumed = (
-        TeamMessage.objects.filter(team_id=team_id, state="accepted", target__session_state=SessionState.INACTIVE)
-        .values_list("target_id", flat=True)
-        .distinct()
-    )
-    unresumed = set(unresumed)
-    for target_id in sorted(set(waiting) | unresumed):
-        delivery.target_admit(target_id=target_id, redeliver=target_id in unresumed)
-    for member_id in sorted(
-        set(selectors.members_awaiting_prompt(team_id=team_id)) | set(selectors.members_mid_turn(team_id=team_id))
-    ):
-        delivery.member_start(member_id=member_id)
-
-
 def host_disconnected(*, channel: str) -> None:
     presence.host_detached(channel=channel)
 

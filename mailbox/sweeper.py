@@ -11,14 +11,13 @@ target together, and reaping a dead process's presence is idempotent.
 import asyncio
 import contextvars
 import logging
-import time
 
 from django.conf import settings
 from django.db import connections
 
-from mailbox import db, idempotency, outage, presence
+from mailbox import db, outage, presence
 from mailbox.db import database_sync_to_async
-from mailbox.delivery import recovery_sweep
+from mailbox.recovery import recovery_pass
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 1.0
@@ -27,21 +26,6 @@ CHECKPOINT_INTERVAL = 1.0
 OUTAGE_BEAT_INTERVAL = 0.25
 _task: asyncio.Task | None = None
 _wake: asyncio.Event | None = None
-
-
-def recovery_pass() -> dict:
-    """One pass: reap what dead processes left behind, then the delivery sweep.
-
-    No reaping for ``PROCESS_TIMEOUT`` after this process saw the database come
-    back: every process's heartbeat went stale while it was away, and the live
-    ones need a beat or two to say so (docs/deployment.md)."""
-    idempotency.prune_due()  # expired idempotency keys: at the first pass, then hourly
-    back_at = outage.database.back_at
-    if back_at is not None and time.monotonic() - back_at < settings.STEERBOARD["PROCESS_TIMEOUT"]:
-        reaped = {}
-    else:
-        reaped = presence.presence_reap()
-    return {**recovery_sweep(), **reaped}
 
 
 async def _beat_loop(interval: float) -> None:

@@ -104,7 +104,7 @@ def _send_replayed(stored: dict) -> dict:
         return stored
     message = TeamMessage.objects.select_related("target").get(pk=stored["message_id"])
     admission = delivery.Admission(
-        target_status=message.target.status, admitted=[], host_connected=delivery.host_connected(message.team_id)
+        target_status=message.target.status, admitted=[], host_connected=delivery.team_has_host(message.team_id)
     )
     result = delivery.send_answer(message, admission)
     result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
 
-from mailbox import delivery, presence
+from mailbox import delivery, presence, recovery
 from mailbox.models import HostPresence, LeadLogRecord, MessageState, ServerProcess, SessionPresence, TeamMessage
 from teams.models import Member, SessionState, Status
 from teams.services import member_session_set, member_spawn, team_create
@@ -129,7 +129,7 @@ def test_reaping_a_dead_process_closes_its_sessions_and_drops_its_hosts():
     presence.process_beat()  # this process: alive
     presence.host_attached(team_id=team.pk, channel="live-host-channel")
 
-    result = presence.presence_reap()
+    result = recovery.presence_reap()
 
     assert result["sessions_closed"] == 1 and result["hosts_dropped"] == 1 and result["dead_processes"] == 1
     assert Member.objects.get(pk=worker.pk).status == Status.INACTIVE
@@ -151,7 +151,7 @@ def test_a_reaped_members_pending_messages_go_to_a_live_host_at_once():
     presence.host_attached(team_id=team.pk, channel="live-host-channel")
     Member.objects.filter(pk=worker.pk).update(start_requested_at=None)
 
-    presence.presence_reap()
+    recovery.presence_reap()
 
     worker.refresh_from_db()
     assert worker.status == Status.INACTIVE
@@ -171,7 +171,7 @@ def test_a_newer_session_elsewhere_is_not_closed_by_reaping_the_old_one():
     member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="live-channel")
     presence.session_attached(member_id=worker.pk, channel="live-channel")
 
-    presence.presence_reap()
+    recovery.presence_reap()
 
     worker.refresh_from_db()
     assert worker.status == Status.IDLE and worker.session_channel == "live-channel"

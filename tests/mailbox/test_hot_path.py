@@ -11,7 +11,7 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import db, delivery, events, hot_path
+from mailbox import db, delivery, events, hot_path, recovery
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from mailbox.writer import Job
 from teams.errors import TeamError
@@ -273,7 +273,7 @@ async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(ap
     def age(seconds: float, attempts: int) -> set[int]:
         TeamMessage.objects.filter(pk=sent["message_id"]).update(
             accepted_at=timezone.now() - timedelta(seconds=seconds), attempts=attempts)
-        return delivery._redelivery_due(timezone.now() - timedelta(seconds=10))
+        return recovery._redelivery_due(timezone.now() - timedelta(seconds=10))
 
     due = database_sync_to_async(age)
     # The session on this process holds the steer and has not reported it: no push again.

@@ -202,7 +202,7 @@ async def test_malformed_keys_are_refused(api, key):
 
 
 def test_the_sweeper_prunes_when_the_process_starts_and_then_hourly(db, monkeypatch):
-    from mailbox import idempotency, sweeper
+    from mailbox import idempotency, recovery
     from teams.services import team_create
 
     _, lead, _, _ = team_create(name="gamma")
@@ -214,14 +214,14 @@ def test_the_sweeper_prunes_when_the_process_starts_and_then_hourly(db, monkeypa
 
     monkeypatch.setattr(idempotency, "_pruned_at", None)  # a process that just started
     expired_key("a")
-    sweeper.recovery_pass()
+    recovery.recovery_pass()
     assert IdempotencyRecord.objects.count() == 0
 
     expired_key("b")
-    sweeper.recovery_pass()  # within the hour: left for the next prune
+    recovery.recovery_pass()  # within the hour: left for the next prune
     assert IdempotencyRecord.objects.count() == 1
 
     clock = idempotency.time.monotonic() + idempotency.PRUNE_EVERY + 1
     monkeypatch.setattr(idempotency.time, "monotonic", lambda: clock)
-    sweeper.recovery_pass()
+    recovery.recovery_pass()
     assert IdempotencyRecord.objects.count() == 0

@@ -4,7 +4,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox import delivery
+from mailbox import recovery
 from mailbox.models import LeadLogRecord, TeamMessage
 from tests.support.inproc import Agent, spawn, team_new
 
@@ -134,7 +134,7 @@ async def test_a_failed_admission_counts_and_its_error_clears_once_the_message_m
     trace = (await api.http.get(f"/api/v1/teams/alpha/messages/{sent['message_id']}", headers=ops)).json()
     assert trace["state"] == "queued" and trace["failures"] == 1 and "injected" in trace["last_error"]
     # Sweeps that find a waiting target count nothing; this one admits it.
-    await database_sync_to_async(delivery.recovery_sweep)()
+    await database_sync_to_async(recovery.messages_recover)()
     trace = (await api.http.get(f"/api/v1/teams/alpha/messages/{sent['message_id']}", headers=ops)).json()
     assert trace["state"] == "accepted" and trace["last_error"] == "" and trace["failures"] == 1
     assert [e["kind"] for e in trace["events"]] == ["queued", "failed", "accepted"]

@@ -5,7 +5,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from mailbox import faults
-from mailbox.delivery import recovery_sweep
+from mailbox.recovery import messages_recover
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from tests.support.inproc import Agent, spawn, team_new
 
@@ -111,7 +111,7 @@ async def test_resume_failure_leaves_the_message_queued_until_the_sweeper_retrie
     assert sent["status"] == "queued"
     assert await host.nothing("start")
 
-    summary = await database_sync_to_async(recovery_sweep)()
+    summary = await database_sync_to_async(messages_recover)()
     assert summary["admitted"] == 1
     resume = await host.expect("start")
     assert resume["reason"] == "resume"
@@ -148,7 +148,7 @@ async def test_a_fault_between_the_entry_and_the_delivered_record_is_recovered_o
     assert (await again.integrate(replayed))["folded"] is True
 
     # Path 2: the sweeper reconciles the other from the history alone.
-    summary = await database_sync_to_async(recovery_sweep)()
+    summary = await database_sync_to_async(messages_recover)()
     assert summary["reconciled"] == 1
 
     counts = await database_sync_to_async(
