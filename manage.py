@@ -26,6 +26,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     if sys.argv[1:2] == ["demo"]:
         _demo_secret_key()
+        if not {"-h", "--help"} & set(sys.argv):
+            # Loading Django takes seconds on a slow machine: say so before it starts.
+            print("Steerboard demo: loading Django ...", flush=True)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -54,6 +54,13 @@ def team_create(*, name: str) -> tuple[Team, Member, str, str]:
     return team, lead, lead_token, host_token
 
 
+def team_host_token_replace(*, team: Team) -> str:
+    """Give the team a new host token; the earlier one stops working for new connections."""
+    host_token = token_new(HOST_PREFIX)
+    Team.objects.filter(pk=team.pk).update(host_token_hash=token_hash(host_token))
+    return host_token
+
+
 def member_token_create(*, member: Member) -> str:
     """Issue a new bearer token for a member; earlier tokens stay valid."""
     token = token_new(MEMBER_PREFIX)

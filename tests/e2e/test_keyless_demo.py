@@ -1,41 +1,201 @@
-"""The main job: ``python manage.py demo`` runs the keyless team to TEAM_WORKFLOW_OK."""
+"""The main job: ``python manage.py demo``, run as a newcomer runs it (a subprocess), with a real
+browser where the demo waits for one."""
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
+import httpx
 import pytest
 
 from tests.support.live import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
 
+FAST = ("--no-wait", "--step-delay", "0")
 
-def demo(var_dir, *args, timeout=240):
+
+def demo_env(var_dir) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env["STEERBOARD_VAR_DIR"] = str(var_dir)
+    return env
+
+
+def demo(var_dir, *args, timeout=240):
     return subprocess.run(
         [sys.executable, "manage.py", "demo", "--port", str(free_port()), *args],
         cwd=ROOT,
-        env=env,
+        env=demo_env(var_dir),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
 
 
-def test_demo_exits_0_once_the_lead_reports_and_runs_again_on_the_same_database(tmp_path):
-    teams = []
+class RunningDemo:
+    """``manage.py demo`` left running; its stdout read line by line on a thread."""
+
+    def __init__(self, var_dir, *args):
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", "demo", "--port", str(free_port()), *args],
+            cwd=ROOT, env=demo_env(var_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        self.lines: list[tuple[float, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line))
+
+    def out(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+    def wait_for(self, text: str, timeout: float = 180) -> float:
+        """When the first line containing ``text`` came (monotonic)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for at, line in list(self.lines):
+                if text in line:
+                    return at
+            assert self.proc.poll() is None or any(text in line for _, line in self.lines), self.out()
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} not printed within {timeout}s:\n{self.out()}")
+
+    def login(self) -> tuple[str, str, str]:
+        out = self.out()
+        url = re.search(r"dashboard\s+(http://\S+)", out).group(1)
+        user, password = re.search(r"login\s+(\S+) / (\S+)", out).groups()
+        return url, user, password
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+
+def signed_in(url: str, user: str, password: str) -> httpx.Client:
+    browser = httpx.Client(base_url=url.split("/teams/")[0], timeout=30)
+    browser.get("/login/")
+    login = browser.post(
+        "/login/",
+        data={"username": user, "password": password, "csrfmiddlewaretoken": browser.cookies.get("csrftoken")},
+        headers={"Referer": url},
+    )
+    assert login.status_code == 302, login.text[:500]
+    return browser
+
+
+def test_demo_help_names_its_options():
+    result = subprocess.run([sys.executable, "manage.py", "demo", "--help"], cwd=ROOT, env=demo_env(ROOT / "var"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for option in ("--port", "--bind", "--team", "--password", "--step-delay", "--no-wait", "--exit-when-done"):
+        assert option in result.stdout
+
+
+def test_demo_says_what_it_does_then_exits_0_once_the_lead_reports_and_runs_again_on_the_same_database(tmp_path):
+    teams, logins = [], []
     for _ in range(2):
-        result = demo(tmp_path / "var", "--exit-when-done", "--timeout", "180")
+        result = demo(tmp_path / "var", *FAST, "--exit-when-done", "--timeout", "180")
         assert result.returncode == 0, result.stdout + result.stderr
-        assert "TEAM_WORKFLOW_OK" in result.stdout
-        url = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+/teams/([a-z0-9_-]+)/)", result.stdout)
-        assert url, result.stdout
-        assert re.search(r"login\s+demo / \S+", result.stdout)
+        out = result.stdout
+        assert "TEAM_WORKFLOW_OK" in out
+        # Progress first, then the URL and the login, then the kickoff: the first URL printed is the dashboard's.
+        order = ["loading Django", "preparing the database", "Starting the server", "Starting the team host",
+                 "dashboard ", "login ", "Kickoff", "TEAM_WORKFLOW_OK"]
+        positions = [out.index(text) for text in order]
+        assert positions == sorted(positions), out
+        assert out.index("http://") == out.index("dashboard ") + len("dashboard  "), out
+        url = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+/teams/([a-z0-9_-]+)/)", out)
+        assert url, out
         teams.append(url.group(2))
+        logins.append(re.search(r"login\s+(.*)", out).group(1))
     assert teams[0] != teams[1]
+    assert re.fullmatch(r"demo / \S+ \(shown this once: later runs keep it\)", logins[0]), logins[0]
+    assert "the password printed by the first demo run" in logins[1], logins[1]
+    assert logins[0].split()[2] not in logins[1], "a rerun must not print (or set) a new password"
     assert (tmp_path / "var" / "steerboard.sqlite3").exists()
+
+
+def test_a_rerun_keeps_the_operator_signed_in_and_password_sets_a_new_one(tmp_path):
+    first = RunningDemo(tmp_path / "var", *FAST)
+    try:
+        first.wait_for("TEAM_WORKFLOW_OK")
+        url, user, password = first.login()
+        browser = signed_in(url, user, password)
+        assert browser.get(url).status_code == 200
+        again = demo(tmp_path / "var", *FAST, "--exit-when-done", "--timeout", "180")
+        assert again.returncode == 0, again.stdout + again.stderr
+        page = browser.get(url)
+        assert page.status_code == 200, "the earlier run's browser was signed out"
+        signed_in(url, user, password).close()  # the password still works
+        chosen = demo(tmp_path / "var", *FAST, "--password", "a-chosen-demo-pass-42", "--exit-when-done", "--timeout", "180")
+        assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+        assert "login      demo / a-chosen-demo-pass-42\n" in chosen.stdout
+        signed_in(url, user, "a-chosen-demo-pass-42").close()
+        browser.close()
+    finally:
+        assert first.stop() == 0
+
+
+def test_demo_team_runs_the_workflow_again_in_the_same_team(tmp_path):
+    first = demo(tmp_path / "var", *FAST, "--team", "again", "--exit-when-done", "--timeout", "180")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "Creating the team again" in first.stdout
+    assert "Run it again in this team: python manage.py demo --team again" in first.stdout
+    again = RunningDemo(tmp_path / "var", *FAST, "--team", "again")
+    try:
+        again.wait_for("TEAM_WORKFLOW_OK")
+        out = again.out()
+        assert "Using the existing team again" in out and "the workflow runs again in it" in out
+        assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/teams/again/", out), out
+        # The second round worked on new tasks, on the same board, in the same team.
+        server = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+)/", out).group(1)
+        lead_token = re.search(r"Lead token (\S+)\)", out).group(1)
+        board = httpx.post(f"{server}/api/v1/tools/team_task_list", json={},
+                           headers={"Authorization": f"Bearer {lead_token}"}, timeout=30)
+        assert board.status_code == 200, board.text
+        tasks = board.json()["tasks"]
+        assert [(t["id"], t["status"]) for t in tasks] == [(f"task-{n}", "completed") for n in range(1, 5)]
+    finally:
+        assert again.stop() == 0
+
+
+def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from tests.frontend.conftest import CHROMIUM_ARGS
+
+    running = RunningDemo(tmp_path / "var", "--step-delay", "0.3")
+    try:
+        running.wait_for("Waiting for a browser")
+        url, user, password = running.login()
+        time.sleep(3)
+        assert "Kickoff" not in running.out(), "nobody is looking yet"
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = chromium.new_page()
+            page.set_default_timeout(30_000)
+            page.goto(url)  # not signed in: the login page, which comes back here
+            page.fill("input[name=username]", user)
+            page.fill("input[name=password]", password)
+            page.click("button[type=submit]")
+            page.wait_for_url(url)
+            kickoff = running.wait_for("Kickoff", timeout=60)
+            assert "A browser is on the team page." in running.out()
+            done = running.wait_for("TEAM_WORKFLOW_OK", timeout=180)
+            # Paced: some twenty steps one after another, each at least 0.3 s.
+            assert done - kickoff > 6, f"the workflow took {done - kickoff:.1f}s"
+            chromium.close()
+    finally:
+        assert running.stop() == 0
 
 
 def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
@@ -45,56 +205,27 @@ def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-        env["STEERBOARD_VAR_DIR"] = str(tmp_path / "var")
         result = subprocess.run(
             [sys.executable, "manage.py", "demo", "--port", str(port), "--exit-when-done"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+            cwd=ROOT, env=demo_env(tmp_path / "var"), capture_output=True, text=True, timeout=120,
         )
     assert result.returncode != 0
     assert f"port {port} is in use" in result.stderr
 
 
 def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
-    import signal
-    import time
-
-    import httpx
-
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
-    env["STEERBOARD_VAR_DIR"] = str(tmp_path / "var")
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "demo", "--port", str(free_port())],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    running = RunningDemo(tmp_path / "var", *FAST)
     try:
-        lines = []
-        deadline = time.monotonic() + 180
-        while not any("TEAM_WORKFLOW_OK" in line for line in lines):
-            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
-            lines.append(proc.stdout.readline())
-        out = "".join(lines)
-        url = re.search(r"dashboard\s+(http://\S+)", out).group(1)
-        user, password = re.search(r"login\s+(\S+) / (\S+)", out).groups()
-        with httpx.Client(base_url=url.split("/teams/")[0], timeout=30) as browser:
-            browser.get("/login/")
-            login = browser.post(
-                "/login/",
-                data={"username": user, "password": password, "csrfmiddlewaretoken": browser.cookies.get("csrftoken")},
-                headers={"Referer": url},
-            )
-            assert login.status_code in (200, 302)
-            page = browser.get(url)
-            assert page.status_code == 200
+        running.wait_for("TEAM_WORKFLOW_OK")
+        url, user, password = running.login()
+        browser = signed_in(url, user, password)
+        assert browser.get(url).status_code == 200
+        browser.close()
         time.sleep(1)
-        assert proc.poll() is None, "the demo keeps running after the workflow"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
-        with pytest.raises(httpx.ConnectError):  # daphne went with it
-            httpx.get(url, timeout=5)
+        assert running.proc.poll() is None, "the demo keeps running after the workflow"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        assert running.stop() == 0
+    with pytest.raises(httpx.ConnectError):  # daphne went with it
+        httpx.get(url, timeout=5)
     log_dir = tmp_path / "var" / "demo-logs"
-    assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log"}
+    assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log", "access.log"}
