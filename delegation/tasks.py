@@ -17,7 +17,7 @@ stays what it was however the history grows afterwards.
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import events, sessions
+from mailbox import events, queue_adapter
 from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, PromptState
 
 from django.contrib.auth import get_user_model
@@ -70,7 +70,7 @@ def task_send(
     if earlier.exists():
         raise TeamError(ErrorCode.VALIDATION_ERROR, "That contextId belongs to another member's or caller's tasks.")
     author = get_user_model().objects.get(pk=caller.user_id)
-    prompt = sessions.prompt_submit(team_id=member.team_id, target_name=member.name, author=author, content=content)
+    prompt = queue_adapter.prompt_submit(team_id=member.team_id, target_name=member.name, author=author, content=content)
     task = DelegatedTask.objects.create(
         context_id=context_id,
         team_id=member.team_id,

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import delivery, lead_log, selectors, sessions, wire
+from mailbox import delivery, lead_log, queue_adapter, selectors, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
 from teams import services as team_services
@@ -210,7 +210,7 @@ class PromptsView(_Api):
     def post(self, request, team):
         data = PromptIn(data=request.data)
         data.is_valid(raise_exception=True)
-        prompt = sessions.prompt_submit(
+        prompt = queue_adapter.prompt_submit(
             team_id=self.team().pk,
             target_name=data.validated_data["target"],
             author=request.user,

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from frontend import selectors
-from mailbox import delivery, sessions
+from mailbox import delivery, queue_adapter
 from mailbox.models import HistoryEntry
 from teams import services as team_services
 
@@ -42,8 +42,8 @@ def test_sender_and_author_come_from_the_servers_records_not_the_agents_claims(c
     spawn = delivery.spawn_prompt_enqueue(lead=lead, teammate=impl, prompt="Build the parser.")
     steer = delivery.message_enqueue(sender=reviewer, target_name="implementer", content="Found a bug.")
     elsewhere = delivery.message_enqueue(sender=lead, target_name="reviewer", content="Not for implementer.")
-    prompt = sessions.prompt_submit(team_id=team.pk, target_name="implementer", author=alice, content="Status?")
-    other_prompt = sessions.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content="Hi")
+    prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="implementer", author=alice, content="Status?")
+    other_prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content="Hi")
 
     forged = {"kind": "team-message", "sender": "mallory"}
     _record(impl, "spawn", "user_message", text="Build the parser.", source={**forged, "message_id": spawn.id})
@@ -88,7 +88,7 @@ def test_sources_are_read_in_bulk_not_per_entry():
         for i in range(n):
             message = delivery.message_enqueue(sender=reviewer, target_name="implementer", content=f"m{i}")
             _record(impl, f"m{i}", "user_message", text="m", source={"kind": "team-message", "message_id": message.id})
-            prompt = sessions.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content=f"p{i}")
+            prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content=f"p{i}")
             _record(reviewer, f"p{i}", "prompt", prompt_id=prompt.id, text="p")
         with CaptureQueriesContext(connection) as queries:
             snapshot = selectors.team_snapshot(team=team)

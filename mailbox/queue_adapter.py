@@ -1,0 +1,80 @@
+"""The Queue adapter: how a human's prompt (from the dashboard, the operator API or an
+A2A caller) reaches a member, always as a turn of its own.
+
+A prompt is stored ``queued`` and offered only to an idle member with no other
+prompt turn under way: never merged into a running turn, never two at once. A
+member with no session is started for it, as it would be for a message. A
+session that says hello, or reports itself idle, is offered the next prompt
+(mailbox/sessions.py); the prompt is ``started`` when the session's history
+records the prompt entry, and ``completed`` with the turn.
+"""
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from mailbox import delivery, events
+from mailbox.models import HumanPrompt, PromptState
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member, Phase, Status
+
+
+def prompt_submit(*, team_id: int, target_name: str, author, content: str) -> HumanPrompt:
+    if not content.strip():
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "A prompt needs some content.")
+    target = Member.objects.filter(team_id=team_id, name=target_name).first()
+    if target is None:
+        raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {target_name!r} on this team.")
+    if target.phase == Phase.RETIRED:
+        raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired.")
+    with transaction.atomic():
+        prompt = HumanPrompt.objects.create(team_id=team_id, target=target, author=author, content=content)
+        events.dashboard_notify(team_id, "prompt", member=target.name, prompt_id=prompt.id)
+    if prompts_dispatch(member_id=target.pk) is None:
+        # A member with no session is resumed for its prompt, as it would be for a message.
+        delivery.member_start(member_id=target.pk)
+    prompt.refresh_from_db()
+    return prompt
+
+
+def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPrompt | None:
+    """Push the oldest queued prompt if the target is idle and no prompt turn is under way."""
+    with transaction.atomic():
+        member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
+        if member.status != Status.IDLE:
+            return None
+        mine = HumanPrompt.objects.filter(target=member)
+        if fresh_session:
+            # A prompt pushed to (or started by) a session that has since gone never
+            # completed; offer it again to the new session.
+            mine.filter(state__in=[PromptState.QUEUED, PromptState.STARTED]).update(
+                state=PromptState.QUEUED, pushed_at=None
+            )
+        elif mine.filter(Q(state=PromptState.STARTED) | Q(state=PromptState.QUEUED, pushed_at__isnull=False)).exists():
+            return None  # one prompt turn at a time
+        prompt = (
+            HumanPrompt.objects.filter(target=member, state=PromptState.QUEUED)
+            .select_related("author")
+            .order_by("created_at")
+            .first()
+        )
+        if prompt is None:
+            return None
+        prompt.pushed_at = timezone.now()
+        prompt.save(update_fields=["pushed_at"])
+        events.send_after_commit(
+            member.session_channel,
+            {
+                "type": "session.prompt",
+                "prompt": {"id": prompt.id, "author": prompt.author.get_username(), "content": prompt.content},
+            },
+            to_channel=True,
+        )
+    return prompt
+
+
+def prompt_started(*, member: Member, prompt_id: str) -> None:
+    """The member's history now holds the prompt's entry: its turn has started."""
+    HumanPrompt.objects.filter(pk=prompt_id, target=member, state=PromptState.QUEUED).update(
+        state=PromptState.STARTED, started_at=timezone.now()
+    )
+    events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt_id)
