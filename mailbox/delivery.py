@@ -39,25 +39,22 @@ Rules the functions below keep:
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailbox import events, faults, lead_log, selectors
+from mailbox import events, faults, hosts, lead_log, selectors
 from mailbox.models import (
     HistoryEntry,
-    HostPresence,
     LogKind,
     MessageKind,
     MessageState,
     TeamMessage,
 )
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Phase, SessionState, Status
-from teams.tokens import start_token_create
+from teams.models import Member, Phase, Status
 from teams.wire_format import iso
 
 log = logging.getLogger(__name__)
@@ -196,57 +193,6 @@ class Admission:
     host_connected: bool | None = None
 
 
-def team_has_host(team_id: int) -> bool:
-    return HostPresence.objects.filter(team_id=team_id).exists()
-
-
-def _start_request(*, member: Member, reason: str) -> None:
-    """Ask the team's hosts to start this member's session (with a fresh token; it
-    revokes the member's earlier start token, teams/tokens.py)."""
-    token, revoked = start_token_create(member=member)
-    if revoked:
-        from mailbox import auth
-
-        transaction.on_commit(lambda: auth.forget(revoked))
-    faults.inject("resume")
-    events.send_now(
-        events.host_group(member.team_id),
-        {"type": "host.start", "member": member.name, "token": token, "reason": reason},
-    )
-    Member.objects.filter(pk=member.pk).update(start_requested_at=timezone.now())
-
-
-def _start_reason(status: str) -> str:
-    """A member that never ran (provisioning, or failed to provision) is provisioned; others resumed."""
-    return "provision" if status in (Status.PROVISIONING, Status.FAILED) else "resume"
-
-
-def _start_is_fresh(member: Member) -> bool:
-    return member.start_requested_at is not None and timezone.now() - member.start_requested_at < timedelta(
-        seconds=settings.STEERBOARD["REDELIVER_AFTER"]
-    )
-
-
-def member_start(*, member_id: int) -> bool:
-    """Ask a host to start a member that has no session, for work that waits for one
-    (a human prompt). Answers whether a start was sent."""
-    with transaction.atomic():
-        member = Member.objects.select_for_update(no_key=True).filter(pk=member_id).first()
-        if member is None:
-            return False
-        status = member.status
-        if status not in (Status.INACTIVE, Status.FAILED, Status.PROVISIONING) or _start_is_fresh(member):
-            return False
-        if not team_has_host(member.team_id):
-            return False
-        try:
-            _start_request(member=member, reason=_start_reason(status))
-        except Exception:
-            log.warning("could not ask a host to start %s", member, exc_info=True)
-            return False
-    return True
-
-
 def target_admit(
     *, target_id: int, redeliver: bool = False, skip_locked: bool = False, push: bool = True
 ) -> Admission | None:
@@ -273,7 +219,7 @@ def target_admit(
         # to undo if a push fails. A resume writes (a token, the start request), so
         # it runs in a savepoint: a failed attempt leaves no half-written row behind.
         pushes_only = status in (Status.RUNNING, Status.IDLE)
-        has_host = None if pushes_only else team_has_host(target.team_id)
+        has_host = None if pushes_only else hosts.team_has_host(target.team_id)
         if not pending:
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
@@ -347,7 +293,7 @@ def target_retry(*, target: Member, by: str = "") -> Admission | None:
         retry_logged(messages=selectors.pending_of(target=target), by=by)
     admission = target_admit(target_id=target.pk, redeliver=True)
     if target.phase == Phase.FAILED:
-        member_start(member_id=target.pk)
+        hosts.member_start(member_id=target.pk)
     return admission
 
 
@@ -368,8 +314,8 @@ def _admission_attempt(
         raise TargetWaiting(f"{target.name} is retired")
     elif not has_host:
         raise TargetWaiting(f"{target.name} is {status} and no host is connected to resume it")
-    elif not _start_is_fresh(target):
-        _start_request(member=target, reason=_start_reason(status))
+    elif not hosts.start_is_fresh(target):
+        hosts.start_request(member=target, reason=hosts.start_reason(status))
 
 
 class TargetWaiting(faults.TemporaryDeliveryError):
@@ -441,7 +387,7 @@ def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     message, never that the target took on the work it asks for."""
     has_host = admission.host_connected
     if has_host is None:
-        has_host = team_has_host(message.team_id)
+        has_host = hosts.team_has_host(message.team_id)
     return observation(
         target=message.target.name,
         status=admission.target_status,
@@ -560,23 +506,3 @@ def message_mark_delivered(*, message_id: str) -> bool:
 # --- 4. recover (mailbox/recovery.py runs the passes) -------------------------------------
 def undelivered_for(*, member: Member) -> list[TeamMessage]:
     return selectors.pending_of(target=member)
-
-
-def members_start_pending(*, team_id: int | None = None) -> int:
-    """Ask connected hosts to start members still provisioning whose start went stale."""
-    started = 0
-    with_host = HostPresence.objects.values_list("team_id", flat=True)
-    qs = Member.objects.filter(phase=Phase.PROVISIONING, session_state=SessionState.INACTIVE, team_id__in=with_host)
-    if team_id is not None:
-        qs = qs.filter(team_id=team_id)
-    for member in qs[:100]:
-        with transaction.atomic():
-            locked = Member.objects.select_for_update(skip_locked=True, no_key=True).filter(pk=member.pk).first()
-            if locked is None or _start_is_fresh(locked):
-                continue
-            try:
-                _start_request(member=locked, reason="provision")
-                started += 1
-            except Exception:
-                log.warning("could not ask a host to provision %s", locked, exc_info=True)
-    return started

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import delivery, events
+from mailbox import events, hosts
 from mailbox.models import HumanPrompt, PromptState
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
@@ -31,7 +31,7 @@ def prompt_submit(*, team_id: int, target_name: str, author, content: str) -> Hu
         events.dashboard_notify(team_id, "prompt", member=target.name, prompt_id=prompt.id)
     if prompts_dispatch(member_id=target.pk) is None:
         # A member with no session is resumed for its prompt, as it would be for a message.
-        delivery.member_start(member_id=target.pk)
+        hosts.member_start(member_id=target.pk)
     prompt.refresh_from_db()
     return prompt
 

@@ -25,8 +25,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from mailbox import delivery, events, faults, idempotency, outage, presence, selectors, sessions
-from mailbox.delivery import _PENDING, member_start, members_start_pending, message_mark_delivered, target_admit
+from mailbox import delivery, events, faults, hosts, idempotency, outage, presence, selectors, sessions
+from mailbox.delivery import _PENDING, message_mark_delivered, target_admit
 from mailbox.models import HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage
 from mailbox.presence import PROCESS_ID, timing
 from teams.models import Member, SessionState
@@ -109,8 +109,8 @@ def messages_recover() -> dict:
         faults.crash_point("mid_recovery")
         result = target_admit(target_id=target_id, redeliver=target_id in stale_targets, skip_locked=True)
         admitted += len(result.admitted) if result else 0
-    provisioned = members_start_pending()
-    resumed = sum(member_start(member_id=m) for m in selectors.members_awaiting_prompt())
+    provisioned = hosts.members_start_pending()
+    resumed = sum(hosts.member_start(member_id=m) for m in selectors.members_awaiting_prompt())
     return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed}
 
 
@@ -165,7 +165,7 @@ def host_arrived(*, team_id: int, channel: str) -> None:
     provision and resume what was waiting for one."""
     presence.host_attached(team_id=team_id, channel=channel)
     Member.objects.filter(team_id=team_id).update(start_requested_at=None)
-    delivery.members_start_pending(team_id=team_id)
+    hosts.members_start_pending(team_id=team_id)
     waiting = (
         TeamMessage.objects.filter(team_id=team_id, state=MessageState.QUEUED)
         .values_list("target_id", flat=True)
@@ -184,4 +184,4 @@ def host_arrived(*, team_id: int, channel: str) -> None:
     for member_id in sorted(
         set(selectors.members_awaiting_prompt(team_id=team_id)) | set(selectors.members_mid_turn(team_id=team_id))
     ):
-        delivery.member_start(member_id=member_id)
+        hosts.member_start(member_id=member_id)

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import Count, Max
 from pydantic import BaseModel
 
-from mailbox import delivery, faults, hot_path, idempotency, lead_log, sessions, waiting
+from mailbox import delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
 from mailbox.db import database_sync_to_async
 from mailbox.models import TeamMessage
 from teams import schemas, selectors, services
@@ -67,7 +67,7 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
         lead_log.member_logged(
             team_id=lead.team_id, data={"member": member.name, "spawned_by": lead.name}, status=member.status
         )
-    delivery.members_start_pending(team_id=lead.team_id)
+    hosts.members_start_pending(team_id=lead.team_id)
     return {"member": selectors.member_out(member)}
 
 
@@ -104,7 +104,7 @@ def _send_replayed(stored: dict) -> dict:
         return stored
     message = TeamMessage.objects.select_related("target").get(pk=stored["message_id"])
     admission = delivery.Admission(
-        target_status=message.target.status, admitted=[], host_connected=delivery.team_has_host(message.team_id)
+        target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
     )
     result = delivery.send_answer(message, admission)
     result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
