@@ -96,9 +96,9 @@ def _artifacts(view: TaskView) -> list[pb.Artifact]:
         return []
     parts = [pb.Part(text=view.answer, media_type="text/plain")]
     for result in view.tool_results:  # only when the caller asked for them (TOOL_RESULTS_KEY)
-            value = struct_pb2.Value()
-            json_format.ParseDict(result, value)
-            parts.append(pb.Part(data=value, media_type="application/json"))
+        value = struct_pb2.Value()
+        json_format.ParseDict(result, value)
+        parts.append(pb.Part(data=value, media_type="application/json"))
     return [pb.Artifact(artifact_id=f"{view.id}-answer", name="answer",
                         description="The turn's final assistant text", parts=parts)]
 
@@ -126,29 +126,31 @@ def _changes(before: TaskView | None, now: TaskView):
     yield pb.TaskStatusUpdateEvent(task_id=now.id, context_id=now.context_id, status=_status(now))
 
 
-def _read(*, task_id: str, caller: Caller, member: Member) -> tuple[TaskView, bool]:
-    task = tasks.task_of_caller(task_id=task_id, caller=caller, member=member)
-    return tasks.task_read(task), task.cancel_requested_at is not None
+def _read(*, task_id: str, caller: Caller, member: Member) -> TaskView:
+    return tasks.task_read(tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
 
 
 def _interrupt_again(*, task_id: str, caller: Caller, member: Member) -> None:
     tasks.task_interrupt_again(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
 
 
-async def follow(view: TaskView, *, caller: Caller, member: Member):
-    """Yield the events of the task's every state change after ``view``, until it is final."""
-    interrupted_again = False
+async def follow(view: TaskView, *, caller: Caller, member: Member, interrupt_when_working: bool = False):
+    """Yield the events of the task's every state change after ``view``, until it is final.
+
+    ``interrupt_when_working``: the task was canceled after its prompt was offered to
+    the session but before its turn started, when the session ignores an interrupt;
+    interrupt the turn once it shows up."""
     async with waiting.team_rings(team_id=member.team_id) as ring:
         while not view.final:
             ring.clear()
-            now, cancel_requested = await _db(_read, task_id=view.id, caller=caller, member=member)
+            now = await _db(_read, task_id=view.id, caller=caller, member=member)
             for event in _changes(view, now):
                 yield event
             view = now
             if view.final:
                 return
-            if cancel_requested and view.state == TaskState.WORKING and not interrupted_again:
-                interrupted_again = True
+            if interrupt_when_working and view.state == TaskState.WORKING:
+                interrupt_when_working = False
                 await _db(_interrupt_again, task_id=view.id, caller=caller, member=member)
             try:
                 await asyncio.wait_for(ring.wait(), RECHECK_SECONDS)
@@ -179,7 +181,7 @@ class MemberRequestHandler(RequestHandler):
             context_id=message.context_id or str(uuid.uuid4()), message_id=message.message_id,
             with_tool_results=_wants_tool_results(params),
         )
-        view, _ = await _db(_read, task_id=task.pk, caller=caller, member=member)
+        view = await _db(_read, task_id=task.pk, caller=caller, member=member)
         return view
 
     async def on_message_send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> pb.Task:
@@ -192,7 +194,7 @@ class MemberRequestHandler(RequestHandler):
                         pass
             except TimeoutError:
                 pass
-            view, _ = await _db(_read, task_id=view.id, caller=caller, member=member)
+            view = await _db(_read, task_id=view.id, caller=caller, member=member)
         return task_proto(view)
 
     async def on_message_send_stream(self, params: pb.SendMessageRequest, context: ServerCallContext) -> AsyncGenerator:
@@ -204,14 +206,14 @@ class MemberRequestHandler(RequestHandler):
 
     async def on_subscribe_to_task(self, params: pb.SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator:
         member, caller = _who(context)
-        view, _ = await _db(_read, task_id=params.id, caller=caller, member=member)
+        view = await _db(_read, task_id=params.id, caller=caller, member=member)
         yield task_proto(view)
         async for event in follow(view, caller=caller, member=member):
             yield event
 
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
-        view, _ = await _db(_read, task_id=params.id, caller=caller, member=member)
+        view = await _db(_read, task_id=params.id, caller=caller, member=member)
         return task_proto(view, history=not params.HasField("history_length") or params.history_length > 0)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
@@ -233,13 +235,14 @@ class MemberRequestHandler(RequestHandler):
 
         view = await _db(cancel, task_id=params.id)
         if not view.final:  # interrupted: answer with how the turn ended, if it ends soon
+            not_started = view.state == TaskState.SUBMITTED
             try:
                 async with asyncio.timeout(CANCEL_WAIT_SECONDS):
-                    async for _ in follow(view, caller=caller, member=member):
+                    async for _ in follow(view, caller=caller, member=member, interrupt_when_working=not_started):
                         pass
             except TimeoutError:
                 pass
-            view, _ = await _db(_read, task_id=view.id, caller=caller, member=member)
+            view = await _db(_read, task_id=view.id, caller=caller, member=member)
         return task_proto(view)
 
     async def on_create_task_push_notification_config(self, params, context):

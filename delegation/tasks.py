@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from mailbox import events, queue_adapter
-from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, PromptState
+from mailbox.models import EntryKind, HistoryEntry
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -187,18 +187,13 @@ def task_cancel(*, task: DelegatedTask) -> TaskView:
         raise TeamError(ErrorCode.TASK_INVALID_ACTION, f"The task is {view.state} already.")
     interrupt_channel = ""
     with transaction.atomic():
-        # The member's row lock is what prompts_dispatch takes: no prompt is offered meanwhile.
-        member = Member.objects.select_for_update(no_key=True).get(pk=task.member_id)
-        prompt = HumanPrompt.objects.get(pk=task.prompt_id)
         now = timezone.now()
         DelegatedTask.objects.filter(pk=task.pk).update(cancel_requested_at=now)
         task.cancel_requested_at = now
-        if prompt.state == PromptState.QUEUED and prompt.pushed_at is None:
-            HumanPrompt.objects.filter(pk=prompt.pk).update(state=PromptState.COMPLETED, completed_at=now)
+        if queue_adapter.prompt_withdraw(prompt_id=task.prompt_id):
             view = _settle(task, view, TaskState.CANCELED, reason="withdrawn before its turn started")
         else:
-            interrupt_channel = member.session_channel
-        events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt.pk, a2a_task=task.pk)
+            interrupt_channel = Member.objects.get(pk=task.member_id).session_channel
     if interrupt_channel:
         _interrupt(interrupt_channel)
     return view

@@ -72,6 +72,22 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
     return prompt
 
 
+def prompt_withdraw(*, prompt_id: str) -> bool:
+    """Take back a prompt that still waits (queued, not yet offered): it is never offered
+    and counts as completed. False when it was offered or is under way already: then
+    only interrupting its turn stops it (an A2A CancelTask, delegation/tasks.py)."""
+    with transaction.atomic():
+        prompt = HumanPrompt.objects.get(pk=prompt_id)
+        # The lock prompts_dispatch takes: the prompt is not offered meanwhile.
+        member = Member.objects.select_for_update(no_key=True).get(pk=prompt.target_id)
+        withdrawn = HumanPrompt.objects.filter(pk=prompt_id, state=PromptState.QUEUED, pushed_at__isnull=True).update(
+            state=PromptState.COMPLETED, completed_at=timezone.now()
+        )
+        if withdrawn:
+            events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt_id)
+    return bool(withdrawn)
+
+
 def prompt_started(*, member: Member, prompt_id: str) -> None:
     """The member's history now holds the prompt's entry: its turn has started."""
     HumanPrompt.objects.filter(pk=prompt_id, target=member, state=PromptState.QUEUED).update(

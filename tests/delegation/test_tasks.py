@@ -1,6 +1,8 @@
 """delegation/tasks.py and credentials.py on the real database: an A2A task's state is
 read from its prompt and the member's history, and only the right callers get in."""
 import json
+from mailbox import sessions
+from mailbox.models import HumanPrompt, PromptState
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -11,8 +13,6 @@ from accounts.tokens import operator_token_create
 from delegation.credentials import caller_for_team, credential_create, credential_revoke
 from delegation.models import DelegatedTask
 from delegation.tasks import task_cancel, task_read, task_send
-from mailbox import sessions
-from mailbox.models import HumanPrompt, PromptState
 from teams.errors import TeamError
 from teams.services import member_fail, member_spawn, team_create
 
@@ -24,7 +24,7 @@ def crew():
     team, lead, lead_token, _ = team_create(name="crew")
     worker = member_spawn(lead=lead, name="worker", description="does the work", prompt="")
     sessions.session_hello(member_id=worker.pk, state="idle", channel="test.worker")
-    credential, token = credential_create(name="planner", teams=["crew"])
+    _, token = credential_create(name="planner", teams=["crew"])
     return team, lead, lead_token, worker, token
 
 
