@@ -380,6 +380,15 @@ def send_answer(message: TeamMessage, admission: Admission) -> dict:
     }
 
 
+def send_answer_now(*, message_id: str) -> dict:
+    """The answer to a send whose admission another call is running: what is known now."""
+    message = TeamMessage.objects.select_related("target").get(pk=message_id)
+    admission = Admission(
+        target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
+    )
+    return send_answer(message, admission)
+
+
 def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
     """What admission saw, for the sender: the target's status, what happens next, and warnings.
 

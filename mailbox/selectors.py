@@ -1,12 +1,12 @@
 """Reads of the mailbox for operators and the dashboard; every list is keyset-paginated."""
 from datetime import datetime
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 
 from mailbox.models import HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, SessionState, Team
+from teams.models import Member, SessionState, Task, Team
 from teams.wire_format import cursor_decode, cursor_encode, cursor_refused, iso
 
 
@@ -192,6 +192,16 @@ def inbox_page(*, member, after_seq: int = 0, limit: int = 50) -> tuple[list[Tea
     )
     page = rows[:limit]
     return page, (page[-1].seq if len(rows) > limit else None)
+
+
+def wait_snapshot(member: Member) -> tuple[bool, tuple]:
+    """For wait_agent: whether another member is active, and what it wakes on (the
+    others' statuses, the caller's inbox and the task board)."""
+    others = [m for m in team_selectors.member_list(team_id=member.team_id) if m.pk != member.pk]
+    inbox = TeamMessage.objects.filter(target=member).aggregate(top=Max("seq"))["top"] or 0
+    board = Task.objects.filter(team_id=member.team_id).aggregate(n=Count("id"), at=Max("updated_at"))
+    statuses = tuple((m.name, m.status) for m in others)
+    return any(map(team_selectors.member_is_active, others)), (statuses, inbox, board["n"], board["at"])
 
 
 def members_awaiting_prompt(*, team_id: int | None = None) -> list[int]:

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max
 from pydantic import BaseModel
 
 from mailbox import delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
+from mailbox import selectors as mailbox_selectors
 from mailbox.db import database_sync_to_async
 from mailbox.models import TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Task
+from teams.models import Member
 
 
 @dataclass(frozen=True)
@@ -102,11 +102,7 @@ def _send_replayed(stored: dict) -> dict:
     """A replay whose first call has not finished admission: answer what is known now."""
     if "delivery" in stored:
         return stored
-    message = TeamMessage.objects.select_related("target").get(pk=stored["message_id"])
-    admission = delivery.Admission(
-        target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
-    )
-    result = delivery.send_answer(message, admission)
+    result = delivery.send_answer_now(message_id=stored["message_id"])
     result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
     return result
 
@@ -164,20 +160,10 @@ def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
 
 
 # --- wait_agent: the one tool that waits --------------------------------------------------------
-def _wait_snapshot(member: Member) -> tuple[bool, tuple]:
-    """Whether another member is active, and what wait_agent wakes on: the others'
-    statuses, the caller's inbox and the task board."""
-    others = [m for m in selectors.member_list(team_id=member.team_id) if m.pk != member.pk]
-    inbox = TeamMessage.objects.filter(target=member).aggregate(top=Max("seq"))["top"] or 0
-    board = Task.objects.filter(team_id=member.team_id).aggregate(n=Count("id"), at=Max("updated_at"))
-    statuses = tuple((m.name, m.status) for m in others)
-    return any(map(selectors.member_is_active, others)), (statuses, inbox, board["n"], board["at"])
-
-
 async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:
     """Return when another member's status changes, a message reaches the caller or a task
     changes; never wakes anyone. Event-driven (mailbox/waiting.py): one read per doorbell."""
-    snapshot = database_sync_to_async(_wait_snapshot)
+    snapshot = database_sync_to_async(mailbox_selectors.wait_snapshot)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.timeout_ms / 1000
     recheck = settings.STEERBOARD["WAIT_RECHECK_INTERVAL"]
