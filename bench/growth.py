@@ -10,8 +10,9 @@ records).
 
 First load = GET /teams/<team>/ (the dashboard page, logged in as an
 operator) and, beside it, GET /api/v1/teams/<team> and the first page of
-/api/v1/teams/<team>/messages. Each figure is the p50 of --repeats requests;
-the ratio is against the first size.
+/api/v1/teams/<team>/messages, unfiltered and filtered (state + sender +
+text). Each figure is the p50 of --repeats requests; the ratio is against the
+first size.
 """
 import argparse
 import asyncio
@@ -136,6 +137,9 @@ async def measure(bench: Bench, fleet: Fleet, team: dict, repeats: int) -> dict:
         out["GET .../messages first page p50"], _ = await timed_get(
             api, f"/api/v1/teams/{team['team']}/messages", repeats, headers=auth
         )
+        # The operator's search (issue 14): state + sender + text, combined, first page.
+        filtered = f"/api/v1/teams/{team['team']}/messages?state=delivered&sender={names[1]}&q=stored"
+        out["GET .../messages filtered first page p50"], _ = await timed_get(api, filtered, repeats, headers=auth)
     async with httpx.AsyncClient(base_url=url, timeout=120, follow_redirects=True) as browser:
         await login(browser, team["operator"])
         value, status = await timed_get(browser, f"/teams/{team['team']}/", repeats)

@@ -274,6 +274,9 @@ STEERBOARD = {
     "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),
     # An accepted message undelivered for this long is re-pushed by the sweeper.
     "REDELIVER_AFTER": _env_float("STEERBOARD_REDELIVER_AFTER", 10.0),
+    # The dashboard's "Needs attention" lists a message queued or accepted for this long
+    # (seconds; frontend/attention.py). Defaults to REDELIVER_AFTER.
+    "ATTENTION_AFTER": _env_float("STEERBOARD_ATTENTION_AFTER", _env_float("STEERBOARD_REDELIVER_AFTER", 10.0)),
     # Seconds between heartbeats of each server process (mailbox/presence.py).
     "HEARTBEAT_INTERVAL": _env_float("STEERBOARD_HEARTBEAT_INTERVAL", 5.0),
     # A process whose heartbeat is older than this is dead: recovery closes its

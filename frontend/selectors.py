@@ -4,7 +4,7 @@ Every read is windowed so a page load costs a bounded number of rows however
 many messages, entries or prompts a team has: per target the pending messages
 (at most the mailbox limit) and the newest delivered ones, per member the newest
 history entries, the first page of tasks. Counts are aggregates. Older rows are
-reached page by page (``frontend.views.member_messages``, the operator API).
+reached page by page (``frontend.console_views.team_messages``, the operator API).
 """
 import json
 from datetime import datetime
@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import db
 from mailbox import selectors as mailbox_selectors
@@ -280,6 +281,7 @@ def _team_snapshot(*, team: Team) -> dict:
     return {
         "team": team.name,
         "generated_at": _iso(timezone.now()),
+        "attention": attention.team_attention(team=team),
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
         "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
@@ -311,6 +313,7 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
         .annotate(n=Count("pk"))
         .values_list("team_id", "n")
     )
+    needs_attention = attention.teams_attention_counts(team_ids=ids)
     return [
         {
             "team": t.name,
@@ -318,13 +321,15 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
             "members": members[t.pk],
             "messages": states[t.pk],
             "open_tasks": open_tasks.get(t.pk, 0),
+            "attention": needs_attention[t.pk],
         }
         for t in teams
     ]
 
 
-def member_messages_page(
-    *, team: Team, member: str, state: str | None, cursor: str | None, limit: int = 50
+def team_messages_page(
+    *, team: Team, cursor: str | None, filters: dict, limit: int = 50
 ) -> tuple[list[dict], str | None]:
-    page, next_cursor = mailbox_selectors.message_list(team=team, target=member, state=state, cursor=cursor, limit=limit)
+    """A page of the team messages page: the operator API's filtered list, rendered as the team page's cards."""
+    page, next_cursor = mailbox_selectors.message_list(team=team, cursor=cursor, limit=limit, **filters)
     return [message_view(m) for m in page], next_cursor

@@ -17,7 +17,6 @@ from accounts.authentication import token_or_login_required
 from frontend import charts, selectors
 from mailbox.api.errors import error_json
 from mailbox.api.permissions import is_operator
-from mailbox.models import MessageState
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Team
@@ -102,40 +101,6 @@ def team_charts_json(request, team):
     if window is None:
         return error_json(TeamError(ErrorCode.VALIDATION_ERROR, f"window is one of {', '.join(charts.WINDOWS)}."))
     return JsonResponse(charts.charts_view(team=found, window=window))
-
-
-@require_GET
-@login_required
-@content_security_policy
-def member_messages(request, team, member):
-    """Every message to one target, newest first, a page at a time (keyset cursor)."""
-    found = _team_or_404(team)
-    target = team_selectors.member_get(team_id=found.pk, name=member)
-    if target is None:
-        raise Http404(f"No member named {member!r}.")
-    state = request.GET.get("state") or None
-    if state not in (None, *MessageState.values):
-        state = None
-    try:
-        messages, next_cursor = selectors.member_messages_page(
-            team=found, member=target.name, state=state, cursor=request.GET.get("cursor") or None
-        )
-    except TeamError:
-        raise Http404("That page of messages does not exist.")
-    return render(
-        request,
-        "frontend/member_messages.html",
-        {
-            "team": found,
-            "member": target,
-            "state": state,
-            "states": MessageState.values,
-            "messages": messages,
-            "next_cursor": next_cursor,
-            "me": _viewer(request),
-            "page": "messages",
-        },
-    )
 
 
 def static_file(request, path):

@@ -116,7 +116,7 @@ function watchDatabase() {
 }
 
 // ------------------------------------------------------------------ live link
-function liveSocket(path, onChange) {
+export function liveSocket(path, onChange) {
   let delay = 500;
   const setConn = (state) => {
     body.dataset.connection = state;
@@ -151,7 +151,7 @@ function liveSocket(path, onChange) {
 }
 
 // A burst of doorbells costs one read in flight and at most one more after it.
-function coalesced(read) {
+export function coalesced(read) {
   let running = false;
   let again = false;
   return async function run() {
@@ -171,7 +171,7 @@ function coalesced(read) {
   };
 }
 
-async function getJson(url) {
+export async function getJson(url) {
   const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
   if (response.redirected || response.status === 401 || response.status === 403) {
     location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
@@ -191,7 +191,7 @@ function csrfToken() {
   return meta ? meta.content : "";
 }
 
-async function operatorPost(url, payload) {
+export async function operatorPost(url, payload) {
   const response = await fetch(url, {
     method: "POST",
     headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken() },
@@ -222,7 +222,8 @@ function stateBar(counts) {
 }
 
 // ---------------------------------------------------------------- team page
-function messageItem(team, m, canAct) {
+// One message card, on the team page and on the team messages page (console.js, withTarget).
+export function messageItem(team, m, canAct, { withTarget = false } = {}) {
   const retry = canAct && m.state !== "delivered"
     ? h("button", {
         type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id, "aria-label": `Retry message #${m.seq} from ${m.sender}`,
@@ -236,9 +237,13 @@ function messageItem(team, m, canAct) {
   return h("li", { class: `msg state-${m.state}`, "data-message-id": m.id, "data-state": m.state, "data-seq": m.seq },
     h("div", { class: "msg-head" },
       h("span", { class: "seq" }, `#${m.seq}`), " from ", h("b", { class: "sender" }, m.sender),
+      withTarget ? [" to ", h("b", { class: "target" }, m.target), " ", h("span", { class: `pill state-${m.state}` }, m.state)] : null,
       h("span", { class: "times" }, timeEl("queued", m.queued_at), timeEl("accepted", m.accepted_at), timeEl("delivered", m.delivered_at)),
       latency,
-      m.attempts > 1 ? h("span", { class: "muted" }, `${m.attempts} attempts`) : null,
+      m.failures ? h("span", { class: "muted", "data-failures": m.failures }, `${m.failures} failed`) : null,
+      m.repushes ? h("span", { class: "muted", "data-repushes": m.repushes }, `re-pushed ${m.repushes}×`) : null,
+      h("a", { class: "small trace-link", href: `/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/`, "data-trace-link": m.id,
+        "aria-label": `Trace of message #${m.seq}` }, "trace"),
       retry),
     m.last_error && m.state !== "delivered" ? h("div", { class: "last-error", role: "note" }, m.last_error) : null,
     body);
@@ -300,7 +305,7 @@ function lane(team, member, canAct, openState, color) {
     return h("section", { class: `col col-${st}`, "data-column": st },
       h("h4", {}, st, " ", h("span", { class: "count", "data-count": st }, counts[st])),
       h("ol", { class: "msgs" }, list.map((m) => messageItem(team, m, canAct))),
-      hidden > 0 ? h("a", { class: "more small", href: `/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/messages/?state=${st}` }, `${hidden} more →`) : null);
+      hidden > 0 ? h("a", { class: "more small", href: `/teams/${encodeURIComponent(team)}/messages/?target=${encodeURIComponent(member.name)}&state=${st}` }, `${hidden} more →`) : null);
   });
   const turn = member.current_turn;
   const prompts = member.prompts.length
@@ -468,6 +473,7 @@ function teamPage() {
     }
   });
   resync = refresh;
+  document.addEventListener("dashboard:refresh", refresh); // console.js: a message crossed the attention threshold
   watchDatabase();
   liveSocket(`/ws/dashboard/${encodeURIComponent(team)}/`, refresh);
 }
@@ -483,7 +489,8 @@ function renderTeams(data) {
       stateBar(t.messages),
       h("p", { class: "counts" },
         h("span", { class: "q" }, `${t.messages.queued} queued`), " · ", h("span", { class: "a" }, `${t.messages.accepted} accepted`), " · ",
-        h("span", { class: "d" }, `${t.messages.delivered} delivered`), ` · ${t.open_tasks} open tasks`),
+        h("span", { class: "d" }, `${t.messages.delivered} delivered`), ` · ${t.open_tasks} open tasks`,
+        t.attention ? [" · ", h("span", { class: "attention-count", "data-attention-count": t.attention }, `${t.attention} need attention`)] : null),
       h("p", { class: "small muted" }, timeAgo(t.created_at, "created {ago}")))));
 }
 

@@ -1,0 +1,161 @@
+"""Needs attention: what an operator should look at first (docs/dashboard.md, "Needs attention").
+
+Three kinds of item, each with how long it has been so, the last real error and
+what can be done:
+
+- ``message``: queued or accepted for longer than ``ATTENTION_AFTER`` seconds
+  (default ``REDELIVER_AFTER``), counted from when it entered that state;
+- ``member``: failed to start, or unreachable: no session, no host connected to
+  start it, and work (a message, a prompt) waiting for it past the threshold;
+- ``prompt``: a human prompt still queued after the threshold.
+
+Reads are bounded: the team's pending messages (at most the mailbox limit per
+target, read through the (state, queued_at) index), its queued prompts, its roster.
+"""
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count
+from django.utils import timezone
+
+from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
+from teams.models import Member, Phase, Status, Team
+from teams.wire_format import iso
+
+ITEM_WINDOW = 50  # items shown; the count is of all
+PENDING_READ = 1000  # pending messages of a team read at most (8 members x 64 by default)
+
+
+def threshold() -> float:
+    return float(settings.STEERBOARD.get("ATTENTION_AFTER") or settings.STEERBOARD["REDELIVER_AFTER"])
+
+
+def team_attention(*, team: Team) -> dict:
+    """``{"threshold", "count", "items", "due_at"}``: ``due_at`` is when the next
+    pending message or prompt crosses the threshold (the page reads again then)."""
+    now = timezone.now()
+    after = timedelta(seconds=threshold())
+    items: list[dict] = []
+    due: list[datetime] = []
+
+    pending = list(
+        TeamMessage.objects.filter(team=team, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
+        .select_related("sender", "target")
+        .order_by("queued_at")[:PENDING_READ]
+    )
+    for m in pending:
+        since = m.accepted_at if m.state == MessageState.ACCEPTED and m.accepted_at else m.queued_at
+        if since + after > now:
+            due.append(since + after)
+            continue
+        items.append(
+            {
+                "kind": "message",
+                "message_id": m.id,
+                "member": m.target.name,
+                "sender": m.sender.name,
+                "seq": m.seq,
+                "state": m.state,
+                "since": iso(since),
+                "seconds": round((now - since).total_seconds(), 1),
+                "error": m.last_error,
+                "attempts": m.attempts,
+                "failures": m.failures,
+                "repushes": m.repushes,
+            }
+        )
+
+    roster = list(Member.objects.filter(team=team).order_by("id"))
+    # Work that has waited past the threshold: a member without a session is only
+    # unreachable once something has waited for it that long.
+    waiting_for = {m.target_id for m in pending if m.queued_at + after <= now}
+    prompts = list(
+        HumanPrompt.objects.filter(team=team, state=PromptState.QUEUED).select_related("target", "author").order_by(
+            "created_at"
+        )[:ITEM_WINDOW]
+    )
+    waiting_for |= {p.target_id for p in prompts if p.created_at + after <= now}
+    no_session = [m for m in roster if m.status in (Status.INACTIVE, Status.PROVISIONING) and m.pk in waiting_for]
+    has_host = bool(no_session) and HostPresence.objects.filter(team=team).exists()
+    failed = [m for m in roster if m.phase == Phase.FAILED]
+    errors = _start_failures(team=team) if failed else {}
+    for member in roster:
+        if member.phase == Phase.FAILED:
+            reason = "failed to start"
+        elif member in no_session and not has_host:
+            reason = "unreachable: no session and no host connected to start it"
+        else:
+            continue
+        items.append(
+            {
+                "kind": "member",
+                "member": member.name,
+                "status": member.status,
+                "reason": reason,
+                "since": iso(member.status_changed_at),
+                "seconds": round((now - member.status_changed_at).total_seconds(), 1),
+                "error": errors.get(member.name, ""),
+            }
+        )
+
+    for prompt in prompts:
+        if prompt.created_at + after > now:
+            due.append(prompt.created_at + after)
+            continue
+        items.append(
+            {
+                "kind": "prompt",
+                "prompt_id": prompt.id,
+                "member": prompt.target.name,
+                "author": prompt.author.get_username(),
+                "since": iso(prompt.created_at),
+                "seconds": round((now - prompt.created_at).total_seconds(), 1),
+                "error": "",
+            }
+        )
+    items.sort(key=lambda i: -i["seconds"])
+    return {
+        "threshold": threshold(),
+        "count": len(items),
+        "items": items[:ITEM_WINDOW],
+        "due_at": iso(min(due)) if due else None,
+    }
+
+
+def _start_failures(*, team: Team) -> dict[str, str]:
+    """The last start failure of each member, from the team's newest member records."""
+    found: dict[str, str] = {}
+    records = LeadLogRecord.objects.filter(team=team, kind=LogKind.MEMBER).order_by("-id").values_list("data", flat=True)
+    for data in records[:500]:
+        if isinstance(data, dict) and data.get("start_failed") and data.get("member") not in found:
+            found[data["member"]] = str(data["start_failed"])
+    return found
+
+
+def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
+    """For the team list: per team, messages stuck past the threshold, prompts waiting past it
+    and failed members (an unreachable member is shown on the team page only: telling it
+    needs the team's hosts and pending work, more than a list of teams reads)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=threshold())
+    counts = dict.fromkeys(team_ids, 0)
+    queued = (
+        TeamMessage.objects.filter(team_id__in=team_ids, state=MessageState.QUEUED, queued_at__lt=stale)
+        .values("team_id")
+        .annotate(n=Count("pk"))
+    )
+    accepted = (
+        TeamMessage.objects.filter(team_id__in=team_ids, state=MessageState.ACCEPTED, accepted_at__lt=stale)
+        .values("team_id")
+        .annotate(n=Count("pk"))
+    )
+    failed = Member.objects.filter(team_id__in=team_ids, phase=Phase.FAILED).values("team_id").annotate(n=Count("pk"))
+    prompts = (
+        HumanPrompt.objects.filter(team_id__in=team_ids, state=PromptState.QUEUED, created_at__lt=stale)
+        .values("team_id")
+        .annotate(n=Count("pk"))
+    )
+    for rows in (queued, accepted, failed, prompts):
+        for row in rows:
+            counts[row["team_id"]] += row["n"]
+    return counts

@@ -1,0 +1,182 @@
+// The operator console: "Needs attention" on the team page, and the live team
+// messages page with its filters (docs/dashboard.md, "Needs attention" and
+// "Team messages"). The message cards are the team page's own (messageItem in
+// dashboard.js); the trace page is server-rendered and needs nothing here.
+
+import { coalesced, getJson, liveSocket, messageItem, operatorPost } from "./dashboard.js";
+
+const body = document.body;
+const team = body.dataset.team;
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const teamPath = (...parts) => `/teams/${[team, ...parts].map(encodeURIComponent).join("/")}/`;
+const apiPath = (...parts) => `/api/v1/teams/${[team, ...parts].map(encodeURIComponent).join("/")}`;
+
+// A relative age of our own ("2 min"), the words of ages.js; ages.js (loaded by
+// dashboard.js) keeps every <time data-ago> current once a second after that.
+function age(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h`;
+  return `${Math.floor(s / 86400)} d`;
+}
+
+function since(iso, template) {
+  const seconds = (Date.now() - Date.parse(iso)) / 1000;
+  return h("time", { datetime: iso, "data-ago": template, title: iso }, template.replace("{age}", age(seconds)));
+}
+
+// ---------------------------------------------------------------- needs attention
+async function retry(button, url) {
+  button.disabled = true;
+  try {
+    const answer = await operatorPost(url);
+    button.textContent = "retried";
+    button.dataset.retried = answer.retried ?? "";
+  } catch (error) {
+    button.textContent = "refused";
+    button.title = error.message;
+  } finally {
+    setTimeout(() => { button.disabled = false; }, 1000);
+  }
+}
+
+function attentionItem(item, canAct) {
+  const trace = item.message_id
+    ? h("a", { href: teamPath("messages", item.message_id), class: "small", "data-trace-link": item.message_id }, "open trace")
+    : null;
+  let what;
+  let action = null;
+  if (item.kind === "message") {
+    what = [h("b", {}, `#${item.seq}`), ` from ${item.sender} to `, h("b", {}, item.member), ` ${item.state}, `,
+      since(item.since, `stuck {age}`)];
+    if (canAct) {
+      action = h("button", { type: "button", class: "small", "data-action": "retry", "data-retry-message": item.message_id,
+        "aria-label": `Retry message #${item.seq} to ${item.member}`,
+        onclick: (ev) => retry(ev.currentTarget, apiPath("messages", item.message_id, "retry")) }, "retry");
+    }
+  } else if (item.kind === "member") {
+    what = [h("b", {}, item.member), ` ${item.reason}, `, since(item.since, `for {age}`)];
+    if (canAct) {
+      action = h("button", { type: "button", class: "small", "data-action": "retry-member", "data-member-ref": item.member,
+        "aria-label": `Retry ${item.member}`, onclick: (ev) => retry(ev.currentTarget, apiPath("members", item.member, "retry")) }, "retry");
+    }
+  } else {
+    what = [`prompt from ${item.author} to `, h("b", {}, item.member), " waiting, ", since(item.since, `for {age}`)];
+  }
+  return h("li", {
+    class: `attention-item attention-${item.kind}`, "data-attention": item.kind,
+    // data-member only on a member's item: elsewhere [data-member] is that member's lane.
+    "data-message-id": item.message_id || null, "data-member": item.kind === "member" ? item.member : null,
+    "data-target": item.kind === "member" ? null : item.member, "data-prompt-id": item.prompt_id || null,
+  },
+  h("span", { class: "attention-what" }, what),
+  item.error ? h("div", { class: "last-error small", role: "note", "data-last-error": "" }, item.error) : null,
+  h("span", { class: "attention-actions" }, action, trace));
+}
+
+let attentionKey = "";
+let dueTimer = null;
+
+function renderAttention(snap) {
+  const panel = document.querySelector("[data-attention-panel]");
+  const attention = snap.attention;
+  if (!panel || !attention) return;
+  const canAct = snap.me.can_act;
+  const key = JSON.stringify([attention.items.map((i) => [i.kind, i.message_id, i.member, i.prompt_id, i.state, i.error, i.since]), canAct]);
+  panel.dataset.attentionCount = attention.count;
+  panel.querySelector("[data-attention-count]").textContent = attention.count;
+  if (key !== attentionKey) {
+    attentionKey = key;
+    const list = panel.querySelector("[data-attention-list]");
+    list.replaceChildren(...attention.items.map((item) => attentionItem(item, canAct)));
+    const empty = panel.querySelector("[data-attention-empty]");
+    if (empty) empty.hidden = attention.items.length > 0;
+    const retryAll = panel.querySelector('[data-action="retry-team"]');
+    if (retryAll) retryAll.hidden = !attention.items.some((i) => i.kind === "message");
+  }
+  // Nothing rings when a message merely waits: read again when the next one crosses the threshold.
+  clearTimeout(dueTimer);
+  if (attention.due_at) {
+    const wait = Math.max(250, Date.parse(attention.due_at) - Date.parse(snap.generated_at) + 250);
+    dueTimer = setTimeout(() => document.dispatchEvent(new CustomEvent("dashboard:refresh")), wait);
+  }
+}
+
+function attentionPanel() {
+  const initial = document.getElementById("snapshot");
+  if (initial) renderAttention(JSON.parse(initial.textContent));
+  document.addEventListener("dashboard:rendered", (event) => renderAttention(event.detail));
+  const retryAll = document.querySelector('[data-action="retry-team"]');
+  if (retryAll) {
+    retryAll.addEventListener("click", async () => {
+      retryAll.disabled = true;
+      const status = document.querySelector("[data-retry-team-status]");
+      try {
+        const answer = await operatorPost(apiPath("retry"));
+        status.textContent = `retried ${answer.retried}`;
+        status.dataset.retried = answer.retried;
+      } catch (error) {
+        status.textContent = `refused: ${error.message}`;
+      } finally {
+        retryAll.disabled = false;
+      }
+    });
+  }
+}
+
+// ---------------------------------------------------------------- team messages
+function renderMessages(data) {
+  const list = document.querySelector("[data-team-messages]");
+  const items = data.messages.map((m) => messageItem(team, m, data.me.can_act, { withTarget: true }));
+  list.replaceChildren(...(items.length ? items : [h("li", { class: "muted", "data-empty": "" }, "No messages match.")]));
+  list.dataset.count = data.messages.length;
+  body.dataset.syncedAt = new Date().toISOString();
+}
+
+function messagesPage() {
+  const initial = document.getElementById("messages-data");
+  const data = initial ? JSON.parse(initial.textContent) : null;
+  if (data) renderMessages(data);
+  if (data && Object.keys(data.errors || {}).length) return; // a bad filter: nothing to follow
+  const refresh = coalesced(async () => {
+    try {
+      renderMessages(await getJson(`${teamPath().replace(/\/$/, "")}/messages.json${location.search}`));
+      delete body.dataset.syncError;
+    } catch (error) {
+      body.dataset.syncError = error.message;
+    }
+  });
+  liveSocket(`/ws/dashboard/${encodeURIComponent(team)}/`, refresh);
+  const retrySelection = document.querySelector('[data-action="retry-selection"]');
+  if (retrySelection) {
+    retrySelection.addEventListener("click", async () => {
+      const status = document.querySelector("[data-retry-selection-status]");
+      const filters = Object.fromEntries([...new URLSearchParams(location.search)].filter(([k, v]) => k !== "cursor" && v));
+      try {
+        const answer = await operatorPost(apiPath("retry"), filters);
+        status.textContent = `retried ${answer.retried}`;
+        status.dataset.retried = answer.retried;
+      } catch (error) {
+        status.textContent = `refused: ${error.message}`;
+      }
+    });
+  }
+}
+
+if (body.dataset.page === "team") attentionPanel();
+else if (body.dataset.page === "messages") messagesPage();

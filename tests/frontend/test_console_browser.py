@@ -1,0 +1,159 @@
+"""In Chromium, the operator console (issue 14): Needs attention, a message's trace, the team
+messages page's filters, and a team retry. The live server runs with REDELIVER_AFTER = 2 s,
+so the attention threshold is 2 s."""
+import re
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import login, open_team, screenshot, tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+
+def _setup(live_env, server, team: str, *members: str) -> dict:
+    lead = live_env.team_create(team)["lead"]["token"]
+    live_env.operator_create("op")
+    tokens = {"lead": lead}
+    for name in members:
+        tool(server, lead, "spawn_teammate", name=name, description=f"the {name}", prompt="")
+        tokens[name] = live_env.manage_json("member_token", team, name)["token"]
+    return tokens
+
+
+def _integrate(session, message: dict) -> None:
+    session.entry(
+        "user_message", text=message["content"],
+        source={"kind": "team-message", "message_id": message["id"], "sender": message["sender"]},
+    )
+
+
+def _event_order(page) -> list[str]:
+    return page.locator("[data-event]").evaluate_all("rows => rows.map(r => r.dataset.event)")
+
+
+def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_order(
+    live_env, daphne_server, page, agents
+):
+    server = daphne_server
+    tokens = _setup(live_env, server, "stuck", "coder", "reviewer")
+    coder = agents(server, tokens["coder"], "idle")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "stuck")
+    panel = page.locator("[data-attention-panel]")
+    expect(panel.locator("[data-attention-count]")).to_have_text("0")
+
+    sent = tool(server, tokens["lead"], "send_message", target="coder", message="Parse the header.")
+    steer = coder.recv("steer")["message"]  # pushed; the session sits on it
+    item = panel.locator(f'[data-attention="message"][data-message-id="{sent["message_id"]}"]')
+    expect(item).to_be_visible()  # once it has waited past the threshold (2 s)
+    expect(item).to_contain_text("stuck")
+    expect(item.locator("[data-trace-link]")).to_have_attribute("href", f"/teams/stuck/messages/{sent['message_id']}/")
+    screenshot(page, "console-attention")
+
+    coder.entry("turn_start", turn_id="turn-1")
+    _integrate(coder, steer)
+    expect(item).to_have_count(0)
+    expect(page.locator(f'[data-member="coder"] [data-message-id="{sent["message_id"]}"]')).to_have_attribute(
+        "data-state", "delivered"
+    )
+
+    # Its trace, from the message card's link.
+    page.locator(f'[data-member="coder"] [data-trace-link="{sent["message_id"]}"]').click()
+    page.wait_for_url(re.compile(f"/teams/stuck/messages/{sent['message_id']}/$"))
+    order = [kind for kind in _event_order(page) if kind != "repushed"]
+    assert order == ["queued", "accepted", "delivered"], order
+    expect(page.locator('[data-event="delivered"]')).to_be_visible()
+    expect(page.locator("[data-delivered-by]")).to_contain_text("turn-1")
+    screenshot(page, "console-trace-delivered")
+
+    # A refused admission: the reviewer has no session and the team no host.
+    refused = tool(server, tokens["lead"], "send_message", target="reviewer", message="Review it.")
+    page.goto(f"{server.url}/teams/stuck/messages/{refused['message_id']}/")
+    assert _event_order(page) == ["queued", "failed"]
+    expect(page.locator('[data-event="failed"]')).to_contain_text("no host")
+    assert page.page_errors == []
+
+
+def test_filters_narrow_the_team_messages_and_survive_a_reload(live_env, daphne_server, page, agents):
+    server = daphne_server
+    tokens = _setup(live_env, server, "search", "coder", "reviewer")
+    agents(server, tokens["coder"], "idle")  # the coder takes its messages (accepted); the reviewer has none
+    wanted = tool(server, tokens["lead"], "send_message", target="reviewer", message="Review the lexer, please.")
+    tool(server, tokens["lead"], "send_message", target="reviewer", message="Review the parser too.")
+    tool(server, tokens["lead"], "send_message", target="coder", message="Write the lexer.")
+    tool(server, tokens["coder"], "send_message", target="reviewer", message="The lexer is ready.")
+
+    login(page, server, "op", "pw-op")
+    page.goto(f"{server.url}/teams/search/messages/")
+    expect(page.locator("body")).to_have_attribute("data-connection", "live")
+    cards = page.locator("[data-team-messages] > [data-message-id]")
+    expect(cards).to_have_count(4)
+
+    page.get_by_label("State").select_option("queued")
+    page.get_by_label("Sender").select_option("lead")
+    page.get_by_label("Text").fill("lexer")
+    page.get_by_role("button", name="Filter", exact=True).click()
+    page.wait_for_url(re.compile(r"state=queued"))
+    expect(cards).to_have_count(1)
+    expect(cards.first).to_have_attribute("data-message-id", wanted["message_id"])
+    expect(cards.first.locator(".target")).to_have_text("reviewer")
+
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-connection", "live")
+    expect(cards).to_have_count(1)
+    expect(cards.first).to_have_attribute("data-message-id", wanted["message_id"])
+    expect(page.get_by_label("State")).to_have_value("queued")
+    expect(page.get_by_label("Sender")).to_have_value("lead")
+    expect(page.get_by_label("Text")).to_have_value("lexer")
+
+    # Live: a new message that matches shows up without a reload; one that does not, does not.
+    later = tool(server, tokens["lead"], "send_message", target="reviewer", message="And the lexer's tests.")
+    tool(server, tokens["lead"], "send_message", target="reviewer", message="Unrelated.")
+    expect(cards).to_have_count(2)
+    expect(cards.first).to_have_attribute("data-message-id", later["message_id"])
+    screenshot(page, "console-messages-filtered")
+
+    # The old member-messages URL lands here, filtered by its target.
+    page.goto(f"{server.url}/teams/search/members/coder/messages/")
+    page.wait_for_url(re.compile(r"/teams/search/messages/\?target=coder"))
+    expect(cards).to_have_count(1)
+    assert page.page_errors == []
+
+
+def test_a_team_retry_moves_the_stuck_messages_and_says_how_many(live_env, daphne_server, page, agents):
+    server = daphne_server
+    tokens = _setup(live_env, server, "retry", "coder")
+    coder = agents(server, tokens["coder"], "idle")
+    sent = [tool(server, tokens["lead"], "send_message", target="coder", message=f"Task {i}.") for i in range(3)]
+    for _ in sent:
+        coder.recv("steer")  # pushed, and lost as far as the session is concerned
+
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "retry")
+    panel = page.locator("[data-attention-panel]")
+    expect(panel.locator('[data-attention="message"]')).to_have_count(3)
+
+    panel.locator('[data-action="retry-team"]').click()
+    expect(panel.locator("[data-retry-team-status]")).to_have_attribute("data-retried", "3")
+    # The retry pushed each again: the session now takes them into its history.
+    ids = {m["message_id"] for m in sent}
+    pushed: dict[str, dict] = {}
+    while set(pushed) != ids:  # all three first: waiting for an ack would skip the other steers
+        message = coder.recv("steer", where=lambda f: f["message"]["id"] in ids - set(pushed))["message"]
+        pushed[message["id"]] = message
+    for message in pushed.values():
+        _integrate(coder, message)
+    expect(panel.locator('[data-attention="message"]')).to_have_count(0)
+    lane = page.locator('[data-member="coder"]')
+    expect(lane.locator('[data-count="delivered"]')).to_have_text("3")
+
+    trace = httpx.get(
+        f"{server.url}/api/v1/teams/retry/messages/{sent[0]['message_id']}",
+        headers={"Authorization": f"Bearer {tokens['lead']}"}, timeout=30,
+    ).json()
+    kinds = [e["kind"] for e in trace["events"]]
+    assert kinds[0] == "queued" and "retried" in kinds and kinds[-1] == "delivered", kinds
+    assert next(e for e in trace["events"] if e["kind"] == "retried")["by"] == "op"
+    assert page.page_errors == []

@@ -1,0 +1,82 @@
+"""The console's pages without a browser: the trace page, the team messages page and its
+filters, the old member-messages URL, Needs attention in the snapshot and on the team list."""
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.utils import timezone
+
+from frontend import attention, selectors
+from mailbox import delivery
+from mailbox.models import MessageState, TeamMessage
+from teams import services as team_services
+from teams.models import Member, Phase
+
+pytestmark = pytest.mark.django_db
+
+
+def _team(name="alpha"):
+    team, lead, _, _ = team_services.team_create(name=name)
+    coder = team_services.member_spawn(lead=lead, name="coder", description="d", prompt="")
+    return team, lead, coder
+
+
+def _viewer(client):
+    client.force_login(User.objects.create_user("watcher", password="pw"))
+
+
+def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
+    team, lead, coder = _team()
+    message, _ = delivery.message_send(sender=lead, target_name="coder", content="parse **it**")
+    _viewer(client)
+    page = client.get(f"/teams/alpha/messages/{message.id}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.index('data-event="queued"') < html.index('data-event="failed"')
+    assert "no host" in html and "<strong>it</strong>" in html
+    assert 'data-delivered-by=""' in html
+    assert client.get("/teams/alpha/messages/team-message-nope/").status_code == 404
+
+
+def test_the_team_messages_page_takes_the_filters_from_its_url(client):
+    team, lead, coder = _team()
+    delivery.message_send(sender=lead, target_name="coder", content="alpha beta")
+    delivery.message_send(sender=lead, target_name="coder", content="gamma")
+    _viewer(client)
+    page = client.get("/teams/alpha/messages/?state=queued&sender=lead&q=BETA")
+    assert page.status_code == 200
+    assert [m["html"] for m in page.context["messages"]] == ["<p>alpha beta</p>\n"]
+    assert page.context["given"]["q"] == "BETA"
+    live = client.get("/teams/alpha/messages.json?state=queued&sender=lead&q=BETA").json()
+    assert [m["id"] for m in live["messages"]] == [m["id"] for m in page.context["messages"]]
+    bad = client.get("/teams/alpha/messages/?state=lost")
+    assert bad.status_code == 400 and b'data-filter-error="state"' in bad.content
+    assert client.get("/teams/alpha/messages.json?since=never").status_code == 400
+    # The old member-messages URL lands on the same page, filtered by target.
+    old = client.get("/teams/alpha/members/coder/messages/?state=queued")
+    assert old.status_code == 302 and old["Location"] == "/teams/alpha/messages/?target=coder&state=queued"
+
+
+def test_needs_attention_lists_stuck_messages_failed_members_and_the_team_list_counts_them(client, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
+    team, lead, coder = _team()
+    fresh, _ = delivery.message_send(sender=lead, target_name="coder", content="just sent")
+    stuck, _ = delivery.message_send(sender=lead, target_name="coder", content="waiting")
+    TeamMessage.objects.filter(pk=stuck.pk).update(queued_at=timezone.now() - timedelta(seconds=60))
+    found = attention.team_attention(team=team)
+    by_kind = {(i["kind"], i.get("message_id") or i["member"]) for i in found["items"]}
+    assert ("message", stuck.id) in by_kind and ("message", fresh.id) not in by_kind
+    # The coder has no session and the team no host: unreachable, with messages waiting for it.
+    assert ("member", "coder") in by_kind
+    item = next(i for i in found["items"] if i.get("message_id") == stuck.id)
+    assert item["seconds"] >= 59 and "no host" in item["error"] and item["state"] == MessageState.QUEUED
+    assert found["due_at"] is not None  # the fresh one crosses the threshold later
+
+    Member.objects.filter(pk=coder.pk).update(phase=Phase.FAILED)
+    _viewer(client)
+    [summary] = client.get("/teams.json").json()["teams"]
+    assert summary["attention"] == 2  # the stuck message and the failed member
+    shown = selectors.team_snapshot(team=team)["attention"]
+    assert shown["count"] == 2
+    assert next(i for i in shown["items"] if i["kind"] == "member")["reason"] == "failed to start"
+    assert b'data-attention-count="2"' in client.get("/").content
