@@ -30,8 +30,10 @@ marker only; the Lead messages the teammates it spawned in an earlier round
 A conversation without the marker is one round: the first run is unchanged.
 
 ``step_delay`` makes each step wait that many seconds before it answers, as a
-model that thinks would, so a person can watch the team work on the dashboard
-(``manage.py demo --step-delay``); 0, the default, answers at once.
+model that thinks would, and the session hold steered messages that long at a
+step boundary before they enter (AgentSession reads ``model.step_delay``), so a
+person can watch the team work on the dashboard and see messages wait as
+accepted (``manage.py demo --step-delay``); 0, the default, answers at once.
 """
 from __future__ import annotations
 

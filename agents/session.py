@@ -616,6 +616,9 @@ class AgentSession:
 
     async def _integrate(self, turn_id: str, step: int) -> None:
         """The step boundary: steered messages enter the conversation in seq order."""
+        pause = getattr(self.model, "step_delay", 0) if self._drainable() else 0
+        if pause:  # a paced model (keyless --step-delay): the messages wait, accepted, where a person sees them
+            await asyncio.sleep(pause)
         for message in self._drainable():
             message_id = message["id"]
             self._inbox.pop(message_id, None)

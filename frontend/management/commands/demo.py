@@ -85,9 +85,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--step-delay",
             type=float,
-            default=1.0,
+            default=1.5,
             metavar="SECONDS",
-            help="the keyless model waits this long before each step, so you can watch (default 1; 0: full speed)",
+            help="the keyless model waits this long before each step, and messages wait as long at the step "
+            "boundary, so you can watch (default 1.5: about 40 s of work; 0: full speed)",
         )
         parser.add_argument(
             "--no-wait", action="store_true", help="start the workflow at once, not when a browser opens the team page"
