@@ -98,7 +98,7 @@ def body_limits(app):
     answers 413 ``TEAM_MESSAGE_TOO_LARGE`` (as the endpoints answer a body that turns out
     larger); a malformed ``Content-Length`` answers 400 ``VALIDATION_ERROR``."""
     from mailbox import outage
-    from mailbox.api.errors import too_large_body
+    from mailbox.api.errors import bearer_challenge, too_large_body
     from mailbox.auth import member_of_request
 
     async def limited(scope, receive, send):
@@ -129,7 +129,7 @@ def body_limits(app):
             if member is None:
                 message = "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
                 body = {"error": {"code": "UNAUTHENTICATED", "message": message}}
-                await _refuse(send, 401, body, (b"www-authenticate", b'Bearer realm="steerboard"'))
+                await _refuse(send, 401, body, bearer_challenge(scope.get("headers", ())))
                 return
         if size > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
             if path == "/api/v1/tools/send_message":  # as the tool answers it: nothing was stored

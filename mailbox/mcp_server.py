@@ -37,6 +37,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from mailbox import policy, sessions, sweeper, wire
+from mailbox.api.errors import bearer_challenge
 from mailbox.api.inbox import inbox_read
 from mailbox.api.tool_calls import respond_json
 from mailbox.auth import member_from_headers
@@ -262,7 +263,7 @@ class McpApp:
                 401,
                 {"error": {"code": "UNAUTHENTICATED", "message": "Send 'Authorization: Bearer <member token>' "
                            "(manage.py member_token TEAM MEMBER)."}},
-                [(b"www-authenticate", b'Bearer realm="steerboard"')],
+                [bearer_challenge(scope.get("headers", []))],
             )
         sweeper.ensure_started()
         manager = await self._started_manager()

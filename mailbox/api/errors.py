@@ -32,6 +32,20 @@ def too_large_body() -> dict:
                       "message": f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."}}
 
 
+def bearer_challenge(headers) -> tuple[bytes, bytes]:
+    """The ``WWW-Authenticate`` header of a 401 for a member's bearer token (RFC 6750, section 3):
+    ``error="invalid_token"`` when a token was sent, no error code when none was. The tokens are
+    static (manage.py member_token), not OAuth: the challenge names no ``resource_metadata`` and no
+    OAuth metadata is published (/.well-known/oauth-* answer 404), so an MCP client that follows
+    the authorization spec finds no authorization server and reports the 401 (docs/mcp.md)."""
+    from mailbox.auth import bearer_from_headers
+
+    value = 'Bearer realm="steerboard"'
+    if bearer_from_headers(headers):
+        value += ', error="invalid_token", error_description="The bearer token is not a valid member token."'
+    return (b"www-authenticate", value.encode())
+
+
 def error_json(exc: TeamError) -> JsonResponse:
     return JsonResponse(exc.as_wire(), status=exc.http_status)
 

@@ -1,15 +1,17 @@
 """/mcp against a real daphne process, with the official `mcp` client: the nine Team tools, their
 schemas, results and error codes are REST's, and what is sent over MCP reaches a websocket session."""
+import ast
 import asyncio
 import json
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
+import httpx2
 import pytest
 import websockets
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +30,7 @@ NINE = [
 
 @asynccontextmanager
 async def mcp_client(server, token: str, mode: str = "auto"):
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300))
     async with http:
         async with Client(streamable_http_client(server.url + "/mcp", http_client=http), mode=mode) as client:
             yield client
@@ -156,7 +158,16 @@ async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_se
         )
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "UNAUTHENTICATED"
-        assert response.headers["www-authenticate"].startswith("Bearer")
+        challenge = response.headers["www-authenticate"]
+        assert challenge.startswith('Bearer realm="steerboard"')
+        # RFC 6750: invalid_token for a token sent, no error code without one; static tokens, no OAuth,
+        # so no resource_metadata for a client to start an OAuth flow from.
+        assert ('error="invalid_token"' in challenge) == bool(headers)
+        assert "resource_metadata" not in challenge
+    # Nor any OAuth metadata a client could discover instead (MCP authorization spec, RFC 9728, RFC 8414).
+    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",
+                 "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"]:
+        assert httpx.get(daphne_server.url + path).status_code == 404, path
     # Django's routes are untouched by the mount.
     assert httpx.get(daphne_server.url + "/mcpx").status_code == 404
     assert httpx.get(daphne_server.url + "/api/v1/tools/policy").status_code == 200
@@ -242,3 +253,20 @@ async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env,
         assert response.status_code < 500, (call, response.text)
         assert '"error"' in response.text, (call, response.text)
     assert "Traceback" not in daphne_server.log()
+
+
+async def test_the_python_example_of_docs_mcp_md_runs_as_written(live_env, daphne_server, capsys):
+    team = live_env.team_create("mcp")
+    lead = team["lead"]["token"]
+    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
+    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
+    example = docs.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace = {"__name__": "docs_mcp_example"}  # not __main__: the test calls main with its own server
+    exec(compile(example, "docs/mcp.md", "exec"), namespace)
+    await namespace["main"](daphne_server.url + "/mcp", impl)
+    listed, sent, refused = capsys.readouterr().out.splitlines()
+    assert ast.literal_eval(listed) == NINE
+    sent = ast.literal_eval(sent)
+    assert sent["status"] == "queued" and sent["idempotent_replay"] is False  # the Lead has no session
+    assert refused.startswith("True TEAM_UNKNOWN_TARGET: No member named 'nobody'")
