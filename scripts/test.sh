@@ -18,6 +18,17 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 
+# Node 22 (the npm package `node`, a binary from the npm registry) and the TypeScript MCP
+# clients, pinned by tests/mcp_ts/package-lock.json, for tests/e2e/test_mcp_typescript.py.
+if ! cmp -s tests/mcp_ts/package-lock.json tests/mcp_ts/node_modules/.installed-lock.json 2>/dev/null; then
+  log "Node 22 and the TypeScript MCP SDK and Inspector into tests/mcp_ts/node_modules (npm ci)"
+  if ! command -v npm >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq npm >/dev/null
+  fi
+  (cd tests/mcp_ts && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 
 # Both runs need the services: the PostgreSQL run for everything, the embedded
