@@ -16,7 +16,10 @@ queued         temporary inspection/resume/admission        queued        team/m
 queued         admission finds the target waiting (no       queued        team/message/failed
                session and no host, or retired)             (no count)    (when the reason changed)
 queued or      the target's session reports the history     delivered     team/message/delivered
-accepted       entry that carries this message id
+accepted       entry that carries this message id (an MCP
+               session's inbox read is recorded as that
+               entry by mailbox/inbox.py: its context holds
+               the message once the read is answered)
 accepted       recovery: undelivered for REDELIVER_AFTER,   accepted      team/message/accepted
                or a session says hello: pushed again        (repushes+1)  (redelivery: true)
 queued or      an operator's retry (before the admission    unchanged     team/message/retried

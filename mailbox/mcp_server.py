@@ -36,9 +36,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
-from mailbox import policy, sessions, sweeper, wire
-from mailbox.api.errors import bearer_challenge
-from mailbox.api.inbox import inbox_read
+from mailbox import inbox, policy, sweeper, wire
 from mailbox.api.tool_calls import respond_json
 from mailbox.auth import member_from_headers
 from mailbox.db import database_sync_to_async
@@ -141,25 +139,6 @@ async def _list_resource_templates(ctx, params) -> types.ListResourceTemplatesRe
     )
 
 
-def inbox_take(*, member, after_seq: int, limit: int) -> dict:
-    """Read a page of the inbox into the member's history: the MCP session now holds that mail."""
-    page = inbox_read(member=member, after_seq=after_seq, limit=limit)
-    for message in page["messages"]:
-        if message["state"] == "delivered":
-            continue
-        sessions.entry_report(
-            member=member,
-            entry={
-                "id": f"mcp-inbox-{message['id']}",
-                "kind": "user_message",
-                "text": message["content"],
-                "source": {"kind": "team-message", "message_id": message["id"], "sender": message["sender"]},
-            },
-        )
-        message["state"] = "delivered"
-    return page
-
-
 def _inbox_query(uri: str) -> tuple[int, int]:
     query = parse_qs(urlsplit(uri).query)
     try:
@@ -181,7 +160,7 @@ async def _read_resource(ctx, params: types.ReadResourceRequestParams) -> types.
         after_seq, limit = _inbox_query(uri)
         try:
             member = _member(ctx)
-            page = await database_sync_to_async(inbox_take)(member=member, after_seq=after_seq, limit=limit)
+            page = await database_sync_to_async(inbox.inbox_take)(member=member, after_seq=after_seq, limit=limit)
         except TeamError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}")
         contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(page))
@@ -263,7 +242,7 @@ class McpApp:
                 401,
                 {"error": {"code": "UNAUTHENTICATED", "message": "Send 'Authorization: Bearer <member token>' "
                            "(manage.py member_token TEAM MEMBER)."}},
-                [bearer_challenge(scope.get("headers", []))],
+                [(b"www-authenticate", b'Bearer realm="steerboard"')],
             )
         sweeper.ensure_started()
         manager = await self._started_manager()

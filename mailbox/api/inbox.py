@@ -2,7 +2,7 @@
 
 - ``GET /api/v1/inbox?after_seq=&limit=``: the caller's messages in seq order.
 - ``POST /api/v1/session/entries``: history entries, folded exactly as the
-  websocket's ``entry`` frames are (sessions.entry_report), so a polling
+  websocket's ``entry`` frames are (mailbox/inbox.py), so a polling
   session gets the same delivered guarantee as a connected one.
 - ``GET /api/v1/tools/policy``: the team policy for members' instructions.
 """
@@ -13,7 +13,8 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import TypeAdapter, ValidationError
 
-from mailbox import policy, quota, selectors, sessions, sweeper, wire
+from mailbox import inbox as inbox_service
+from mailbox import policy, quota, sweeper, wire
 from mailbox.api.errors import error_json, too_large_body
 from mailbox.api.tools import _member, _method, tool_invoke
 from mailbox.db import database_sync_to_async
@@ -33,16 +34,6 @@ def _whole(request, name: str, default: int) -> int:
         raise TeamError(ErrorCode.VALIDATION_ERROR, f"{name} is a whole number.")
 
 
-def inbox_read(*, member, after_seq: int, limit: int) -> dict:
-    messages, next_cursor = selectors.inbox_page(member=member, after_seq=after_seq, limit=limit)
-    return {
-        "member": member.name,
-        "messages": [selectors.message_out(m) for m in messages],
-        "next_cursor": next_cursor,
-        "last_seq": messages[-1].seq if messages else after_seq,
-    }
-
-
 @csrf_exempt  # bearer tokens, never cookies: a wrong method gets its error code, not a CSRF page
 async def inbox(request):
     """GET /api/v1/inbox?after_seq=&limit= : the caller's messages after a cursor, oldest first."""
@@ -54,22 +45,10 @@ async def inbox(request):
         limit = _whole(request, "limit", 50)
         if not 1 <= limit <= 100 or not 0 <= after_seq <= wire.INT_MAX:
             raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-100 and after_seq is 0 to 2^63-1.")
-        page = await database_sync_to_async(inbox_read)(member=member, after_seq=after_seq, limit=limit)
+        page = await database_sync_to_async(inbox_service.inbox_read)(member=member, after_seq=after_seq, limit=limit)
     except TeamError as exc:
         return error_json(exc)
     return JsonResponse(page)
-
-
-def entries_report(*, member, entries: list[wire.Entry]) -> list[dict]:
-    acks = []
-    for entry in entries:
-        try:
-            created = sessions.entry_report(member=member, entry=entry.as_stored())
-        except TeamError as exc:
-            exc.extra["acks"] = acks  # what was stored before the refusal stays stored
-            raise
-        acks.append({"entry_id": entry.id, "folded": not created})
-    return acks
 
 
 @csrf_exempt
@@ -100,7 +79,7 @@ async def session_entries(request):
         except ValidationError as exc:
             raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
         admitted, refusal = _quota_admitted(member=member, entries=entries)
-        acks = await database_sync_to_async(entries_report)(member=member, entries=admitted) if admitted else []
+        acks = await database_sync_to_async(inbox_service.entries_report)(member=member, entries=admitted) if admitted else []
         if refusal is not None:
             refusal.extra["acks"] = acks  # the entries before the refused one are stored
             raise refusal
