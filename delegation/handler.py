@@ -121,6 +121,11 @@ def _changes(before: TaskView | None, now: TaskView):
     """The stream events that take a client from ``before`` to ``now``."""
     if before is not None and before.state == now.state:
         return
+    if before is not None and before.state == TaskState.SUBMITTED and now.final and now.started_at is not None:
+        # The whole turn fell between two reads: it did work, so say so first.
+        working = pb.TaskStatus(state=pb.TASK_STATE_WORKING)
+        working.timestamp.FromDatetime(now.started_at)
+        yield pb.TaskStatusUpdateEvent(task_id=now.id, context_id=now.context_id, status=working)
     for artifact in _artifacts(now):
         yield pb.TaskArtifactUpdateEvent(task_id=now.id, context_id=now.context_id, artifact=artifact, last_chunk=True)
     yield pb.TaskStatusUpdateEvent(task_id=now.id, context_id=now.context_id, status=_status(now))

@@ -49,6 +49,7 @@ class TaskView:
     answer: str = ""
     tool_results: list[dict] = field(default_factory=list)
     updated_at: datetime | None = None
+    started_at: datetime | None = None  # when its turn started, if it did
 
     @property
     def final(self) -> bool:
@@ -110,6 +111,7 @@ def task_read(task: DelegatedTask) -> TaskView:
         reason=task.reason,
         answer=task.answer,
         updated_at=task.updated_at,
+        started_at=prompt.started_at,
     )
     if task.state in FINAL_STATES:
         view.tool_results = _tool_results(task)
@@ -127,6 +129,7 @@ def task_read(task: DelegatedTask) -> TaskView:
             return _settle(task, view, TaskState.FAILED, reason=f"{member.name} was retired before the prompt's turn.")
         view.state = TaskState.SUBMITTED
         return view
+    view.started_at = view.started_at or started.created_at
     turn_id = started.data.get("turn_id")
     turn = list(
         HistoryEntry.objects.filter(member_id=task.member_id, id__gt=started.id, data__turn_id=turn_id)

@@ -5,12 +5,14 @@ from mailbox import sessions
 from mailbox.models import HumanPrompt, PromptState
 
 import pytest
+from a2a.types import a2a_pb2 as pb
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from accounts.operators import operator_role_set
 from accounts.tokens import operator_token_create
 from delegation.credentials import caller_for_team, credential_create, credential_revoke
+from delegation.handler import _changes
 from delegation.models import DelegatedTask
 from delegation.tasks import task_cancel, task_read, task_send
 from teams.errors import TeamError
@@ -143,3 +145,18 @@ def test_the_command_creates_lists_and_revokes_credentials(crew, capsys):
     with pytest.raises(Exception, match="NOT_FOUND"):
         call_command("a2a_credential", "lost", "--team", "nowhere")
     assert not get_user_model().objects.get(username="scout@a2a").has_usable_password()
+
+
+def test_a_turn_that_fell_between_two_reads_still_streams_working_before_its_end(crew):
+    team, _, _, worker, token = crew
+    task = task_send(member=worker, caller=caller_for_team(token=token, team=team), content="quick", context_id="c")
+    before = read(task)
+    report(worker, id="t0", kind="turn_start", turn_id="T", step=0)
+    report(worker, id="p0", kind="prompt", turn_id="T", step=0, prompt_id=task.prompt_id, text="quick")
+    report(worker, id="a0", kind="assistant_text", turn_id="T", step=0, text="done already")
+    report(worker, id="e0", kind="turn_end", turn_id="T", step=0, reason="done")
+    after = read(task)
+    working, artifact, completed = _changes(before, after)
+    assert working.status.state == pb.TASK_STATE_WORKING
+    assert artifact.artifact.parts[0].text == "done already"
+    assert completed.status.state == pb.TASK_STATE_COMPLETED
