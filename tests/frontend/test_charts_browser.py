@@ -4,13 +4,15 @@ lane after an MCP inbox read, the prompt form following its prompt, and a layout
 1280 px and at a phone's 390 px."""
 import asyncio
 import json
+import os
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import ROOT, login, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -85,6 +87,8 @@ def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(live_e
     assert font >= 9
 
     numbers = page.locator('[data-chart-numbers="team"]')
+    expect(panel.locator('[data-legend]')).to_have_count(3)
+    expect(panel).not_to_contain_text("null")
     expect(numbers.locator('[data-number="depth"]')).to_have_text("2")
     expect(numbers.locator('[data-number="delivered"]')).to_have_text("20")
     expect(numbers.locator('[data-number="p50"]')).to_have_text("1 s")
@@ -255,3 +259,83 @@ def test_the_prompt_form_follows_its_prompt_until_it_completed(live_env, daphne_
     session.status("idle")
     expect(status).to_have_text("lead completed it")
     expect(page.locator("[data-announcer]")).to_contain_text("Prompt to lead: lead completed it.")
+
+
+# The quarter hour before the picture: the researcher and the implementer each got a
+# message a minute or so, and reported back to the Lead; one slow delivery (45 s).
+DEMO_HISTORY = """
+import random
+from datetime import timedelta
+from django.utils import timezone
+from mailbox.models import TeamMessage
+from teams.models import Member
+random.seed(14)
+members = {m.name: m for m in Member.objects.filter(team__name="demo")}
+now = timezone.now()
+rows, seqs = [], {name: 0 for name in members}
+for minute in range(14, 0, -1):
+    for sender, target in (("lead", "researcher"), ("lead", "implementer"), ("researcher", "lead"), ("implementer", "lead")):
+        slow = (minute, target) == (9, "implementer")
+        if random.random() < 0.35 and not slow:
+            continue
+        seqs[target] += 1
+        latency = 45.0 if slow else random.uniform(0.2, 3.5)
+        delivered = now - timedelta(minutes=minute, seconds=random.uniform(0, 50))
+        rows.append(TeamMessage(team_id=members[target].team_id, sender=members[sender], target=members[target],
+                                content=f"{sender} → {target}: round {15 - minute}", seq=seqs[target], state="delivered",
+                                queued_at=delivered - timedelta(seconds=latency),
+                                accepted_at=delivered - timedelta(seconds=latency / 2), delivered_at=delivered))
+TeamMessage.objects.bulk_create(rows)
+for name, seq in seqs.items():
+    Member.objects.filter(pk=members[name].pk).update(next_seq=seq + 1)
+"""
+
+
+def test_a_demo_like_run_for_the_picture_in_the_docs(live_env, daphne_server, page, agents):
+    """A team at work: sessions over the wire, messages in every state, a turn running, charts
+    over the last quarter hour. With STEERBOARD_UPDATE_SCREENSHOT=1 it refreshes docs/dashboard.png."""
+    server = daphne_server
+    team = live_env.team_create("demo")
+    lead = team["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="researcher", description="finds what the code needs", prompt="")
+    tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
+    tool(server, lead, "team_task_create", subject="Survey the parsers", description="What exists?")
+    tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST", blocked_by=["task-1"])
+    live_env.manage("shell", "-c", DEMO_HISTORY)
+    live_env.operator_create("op")
+    lead_session = agents(server, lead, "running")
+    lead_session.entry("turn_start", turn_id="lead-1", step=0)
+    lead_session.entry("assistant_text", turn_id="lead-1", step=0, text="Handing out the next round.")
+    impl_token = live_env.manage_json("member_token", "demo", "implementer")["token"]
+    impl = agents(server, impl_token, "idle")
+
+    page.set_viewport_size({"width": 1280, "height": 900})
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "demo")
+    impl.status("running")
+    impl.entry("turn_start", turn_id="impl-1", step=0)
+    sent = tool(server, lead, "send_message", target="implementer", message="Start on **task-2** once task-1 is done.")
+    steer = impl.recv("steer", where=lambda f: f["message"]["id"] == sent["message_id"])
+    impl.entry("user_message", turn_id="impl-1", step=0, text=steer["message"]["content"],
+               source={"kind": "team-message", "message_id": sent["message_id"], "sender": "lead"})
+    impl.entry("assistant_text", turn_id="impl-1", step=1, text="Reading the survey first.")
+    second = tool(server, lead, "send_message", target="implementer", message="Also handle `unicode`.")
+    impl.recv("steer", where=lambda f: f["message"]["id"] == second["message_id"])
+    tool(server, lead, "send_message", target="researcher", message="Survey the parsers, please.")
+    tool(server, impl_token, "team_task_update", task_id="task-1", expected_revision=1, action="claim")
+
+    impl_lane = page.locator('[data-member="implementer"]')
+    expect(impl_lane.locator(f'[data-message-id="{second["message_id"]}"]')).to_have_attribute("data-state", "accepted")
+    expect(impl_lane.locator(f'[data-message-id="{sent["message_id"]}"]')).to_have_attribute("data-state", "delivered")
+    expect(page.locator('[data-member="researcher"] [data-message-id][data-state="queued"]')).to_have_count(1)
+    expect(impl_lane.locator('[data-turn-id="impl-1"]')).to_have_attribute("data-in-progress", "true")
+    numbers = page.locator('[data-chart-numbers="team"]')
+    expect(numbers.locator('[data-number="p95"]')).not_to_have_text("—")
+    expect(page.locator('#team-charts svg[data-chart="latency-percentiles"] [data-clipped="45"]')).not_to_have_count(0)
+    page.wait_for_timeout(500)
+    shot = screenshot(page, "dashboard-demo")
+    if os.environ.get("STEERBOARD_UPDATE_SCREENSHOT"):
+        # Refresh the picture in docs/ on request only: a test run leaves the tree clean.
+        shutil.copy(shot, ROOT / "docs" / "dashboard.png")
+    _no_horizontal_overflow(page)
+    assert page.page_errors == []

@@ -1,12 +1,10 @@
 """The team page follows a team live: message states, member statuses, turns, the task board."""
 import json
-import os
-import shutil
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import ROOT, login, open_team, screenshot, tool, ws_open
+from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -87,11 +85,9 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
         second_el = impl_lane.locator(f'[data-message-id="{second["message_id"]}"]')
         impl.recv("steer", where=lambda f: f["message"]["id"] == second["message_id"])
         expect(second_el).to_have_attribute("data-state", "accepted")
-        # Mid-turn, with messages in several states: the picture docs/dashboard.md shows.
-        shot = screenshot(page, "team-page")
-        if os.environ.get("STEERBOARD_UPDATE_SCREENSHOT"):
-            # Refresh the picture in docs/ on request only: a test run leaves the tree clean.
-            shutil.copy(shot, ROOT / "docs" / "dashboard.png")
+        # Mid-turn, with messages in several states (docs/dashboard.png comes from
+        # test_charts_browser.py's demo-like run, with charts over a quarter hour).
+        screenshot(page, "team-page")
         impl.entry(
             "user_message",
             turn_id="turn-1",

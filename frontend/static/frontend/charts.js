@@ -170,8 +170,8 @@ function render(data) {
   if (panel) {
     const legend = h("ul", { class: "legend small", "aria-label": "Colours" }, data.members.map((m) =>
       h("li", { class: `c${m.color}`, "data-legend": m.name }, m.name)));
-    panel.replaceChildren(...chartSet("team", data.totals, data.window), legend,
-      data.sampled ? h("p", { class: "small muted" }, "Percentiles from the newest 5000 deliveries of the window.") : null);
+    panel.replaceChildren(...chartSet("team", data.totals, data.window), legend);
+    if (data.sampled) panel.append(h("p", { class: "small muted" }, "Percentiles from the newest 5000 deliveries of the window."));
     panel.dataset.window = data.window;
   }
   fillLanes();
