@@ -12,7 +12,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from mailbox import tools
+from mailbox import selectors as mailbox_selectors
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -144,8 +144,8 @@ async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_r
     team = await team_new()
     _, agent = await _running_teammate(api, team)
     reads = []
-    real = tools._wait_snapshot
-    monkeypatch.setattr(tools, "_wait_snapshot", lambda member: reads.append(1) or real(member))
+    real = mailbox_selectors.wait_snapshot
+    monkeypatch.setattr(mailbox_selectors, "wait_snapshot", lambda member: reads.append(1) or real(member))
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
     await asyncio.sleep(0.5)  # its first reads, and a read for each doorbell still ringing
     settled = len(reads)
