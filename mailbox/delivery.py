@@ -48,7 +48,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailbox import events, faults, hosts, lead_log, selectors
+from mailbox import events, faults, hosts, lead_log, selectors, wire
 from mailbox.models import (
     HistoryEntry,
     LogKind,
@@ -70,18 +70,12 @@ def _limit(name: str) -> int:
     return settings.STEERBOARD[name]
 
 
-def message_wire(message: TeamMessage, *, sender_name: str | None = None, target_name: str | None = None) -> dict:
-    """The message as a `steer` event carries it (docs/protocol.md)."""
-    return {
-        "id": message.id,
-        "sender": sender_name or message.sender.name,
-        "target": target_name or message.target.name,
-        "content": message.content,
-        "seq": message.seq,
-        "created_at": iso(message.created_at),
-        "thread_id": message.thread_id or message.id,
-        "kind": message.kind,
-    }
+def steer_of(message: TeamMessage, *, target_name: str) -> dict:
+    """The message as a ``steer`` frame carries it (docs/protocol.md)."""
+    return wire.steer_message(
+        id=message.id, sender=message.sender.name, target=target_name, content=message.content, seq=message.seq,
+        created_at=message.created_at, thread_id=message.thread_id, kind=message.kind,
+    )
 
 
 # --- 1. enqueue -----------------------------------------------------------------------
@@ -310,7 +304,7 @@ def _admission_attempt(
             faults.inject("push")
             events.send_now(
                 target.session_channel,  # read under the row lock a hello's takeover also takes
-                {"type": "session.steer", "message": message_wire(message, target_name=target.name)},
+                {"type": "session.steer", "message": steer_of(message, target_name=target.name)},
                 to_channel=True,
             )
     elif status == Status.RETIRED:

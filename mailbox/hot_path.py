@@ -18,6 +18,7 @@ from django.db import connection
 
 from mailbox import events, faults, sqlcount
 from mailbox import writer as _writer
+from mailbox.wire import steer_message
 from mailbox.delivery import (
     _limit,
     _refuse_phase,
@@ -38,7 +39,6 @@ from mailbox.models import (
 )
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Status, status_of
-from teams.wire_format import iso
 
 log = logging.getLogger(__name__)
 
@@ -435,16 +435,10 @@ class SendJob(_writer.Job):
             faults.crash_point("after_queued_commit")
 
     def wire(self) -> dict:
-        return {
-            "id": self.message_id,
-            "sender": self.sender.name,
-            "target": self.target_name,
-            "content": self.content,
-            "seq": self.seq,
-            "created_at": iso(self.created_at),
-            "thread_id": self.thread_id or self.message_id,
-            "kind": MessageKind.MESSAGE,
-        }
+        return steer_message(
+            id=self.message_id, sender=self.sender.name, target=self.target_name, content=self.content,
+            seq=self.seq, created_at=self.created_at, thread_id=self.thread_id, kind=MessageKind.MESSAGE,
+        )
 
     def finish(self) -> None:
         if self.admitted:

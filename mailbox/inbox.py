@@ -19,11 +19,11 @@ def inbox_read(*, member, after_seq: int, limit: int) -> dict:
     }
 
 
-def entries_report(*, member, entries: list[wire.Entry]) -> list[dict]:
+def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:
     acks = []
     for entry in entries:
         try:
-            created = sessions.entry_report(member=member, entry=entry.as_stored())
+            created = sessions.session_entry(member=member, entry=entry.as_stored())
         except TeamError as exc:
             exc.extra["acks"] = acks  # what was stored before the refusal stays stored
             raise
@@ -41,7 +41,7 @@ def inbox_take(*, member, after_seq: int, limit: int) -> dict:
     for message in page["messages"]:
         if message["state"] == MessageState.DELIVERED:
             continue
-        sessions.entry_report(
+        sessions.session_entry(
             member=member,
             entry={
                 "id": f"mcp-inbox-{message['id']}",

@@ -32,7 +32,7 @@ def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
     presence.session_attached(member_id=member_id, channel=channel)
     # Admitted here, steered by the replay below: each undelivered message once.
     delivery.target_admit(target_id=member_id, redeliver=False, push=False)
-    replay = [delivery.message_wire(m, target_name=member.name) for m in delivery.undelivered_for(member=member)]
+    replay = [delivery.steer_of(m, target_name=member.name) for m in delivery.undelivered_for(member=member)]
     if state == SessionState.IDLE:
         queue_adapter.prompts_dispatch(member_id=member_id, fresh_session=True)
     return replay
@@ -62,7 +62,7 @@ def session_closed(*, member_id: int, channel: str) -> None:
     presence.session_detached(channel=channel)
 
 
-def entry_report(*, member: Member, entry: dict) -> bool:
+def session_entry(*, member: Member, entry: dict) -> bool:
     """A session reported a history entry. Returns whether it was new (False: folded)."""
     _, created = delivery.entry_record(member=member, entry=entry)
     if entry.get("kind") == "prompt" and entry.get("prompt_id"):

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
 
 from teams.errors import ErrorCode, TeamError
+from teams.wire_format import iso
 
 # --- the one parser of client JSON ---------------------------------------------------------
 MAX_JSON_DEPTH = 64  # arrays and objects inside each other; no field needs a tenth of it
@@ -235,6 +236,23 @@ class SteerMessage(BaseModel):
     created_at: str = Field(description="ISO 8601 UTC")
     thread_id: str
     kind: Literal["message", "spawn_prompt"]
+
+
+def steer_message(
+    *, id: str, sender: str, target: str, content: str, seq: int, created_at, thread_id: str, kind: str
+) -> dict:
+    """A ``steer`` frame's message (SteerMessage's fields), built without validation:
+    the one builder for the reference path (mailbox/delivery.py) and the hot path."""
+    return {
+        "id": id,
+        "sender": sender,
+        "target": target,
+        "content": content,
+        "seq": seq,
+        "created_at": iso(created_at),
+        "thread_id": thread_id or id,
+        "kind": kind,
+    }
 
 
 class Steer(_ServerFrame):

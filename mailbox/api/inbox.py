@@ -79,7 +79,7 @@ async def session_entries(request):
         except ValidationError as exc:
             raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
         admitted, refusal = _quota_admitted(member=member, entries=entries)
-        acks = await database_sync_to_async(inbox_service.entries_report)(member=member, entries=admitted) if admitted else []
+        acks = await database_sync_to_async(inbox_service.entries_ack)(member=member, entries=admitted) if admitted else []
         if refusal is not None:
             refusal.extra["acks"] = acks  # the entries before the refused one are stored
             raise refusal

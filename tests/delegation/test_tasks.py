@@ -31,7 +31,7 @@ def crew():
 
 
 def report(worker, **entry):
-    sessions.entry_report(member=worker, entry=entry)
+    sessions.session_entry(member=worker, entry=entry)
 
 
 def read(task: DelegatedTask):
