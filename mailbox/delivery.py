@@ -66,10 +66,6 @@ log = logging.getLogger(__name__)
 _PENDING = (MessageState.QUEUED, MessageState.ACCEPTED)
 
 
-def _limit(name: str) -> int:
-    return settings.STEERBOARD[name]
-
-
 def steer_of(message: TeamMessage, *, target_name: str) -> dict:
     """The message as a ``steer`` frame carries it (docs/protocol.md)."""
     return wire.steer_message(
@@ -81,10 +77,10 @@ def steer_of(message: TeamMessage, *, target_name: str) -> dict:
 # --- 1. enqueue -----------------------------------------------------------------------
 def message_validate(*, sender: Member, target_name: str, content: str) -> None:
     """The checks of a send that need no database (the ORM path and the hot path alike)."""
-    if len(content.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
+    if len(content.encode("utf-8")) > settings.STEERBOARD["MAX_MESSAGE_BYTES"]:
         raise TeamError(
             ErrorCode.TEAM_MESSAGE_TOO_LARGE,
-            f"A message may hold at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8; shorten it or link a record.",
+            f"A message may hold at most {settings.STEERBOARD['MAX_MESSAGE_BYTES']} bytes of UTF-8; shorten it or link a record.",
             persisted=False,
         )
     if not content.strip():
@@ -107,7 +103,7 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
         _refuse_phase(target)
         # state IN (...) rather than != delivered: an index range over the pending few, not the whole inbox.
         pending = TeamMessage.objects.filter(target=target, state__in=_PENDING).count()
-        if pending >= _limit("MAX_PENDING_PER_TARGET"):
+        if pending >= settings.STEERBOARD["MAX_PENDING_PER_TARGET"]:
             raise TeamError(
                 ErrorCode.TEAM_MAILBOX_FULL,
                 f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
@@ -128,10 +124,10 @@ def spawn_prompt_enqueue(*, lead: Member, teammate: Member, prompt: str) -> Team
     """Store a new teammate's spawn prompt as the first message of its inbox (seq 1), from the
     Lead, in the spawn's transaction: it is delivered like any message, so it is durable before
     the host is asked to start the teammate and reaches it exactly once, as its first turn."""
-    if len(prompt.encode("utf-8")) > _limit("MAX_MESSAGE_BYTES"):
+    if len(prompt.encode("utf-8")) > settings.STEERBOARD["MAX_MESSAGE_BYTES"]:
         raise TeamError(
             ErrorCode.TEAM_MESSAGE_TOO_LARGE,
-            f"A spawn prompt is delivered as a message: at most {_limit('MAX_MESSAGE_BYTES')} bytes of UTF-8.",
+            f"A spawn prompt is delivered as a message: at most {settings.STEERBOARD['MAX_MESSAGE_BYTES']} bytes of UTF-8.",
         )
     return _message_store(sender=lead, target=teammate, content=prompt, kind=MessageKind.SPAWN_PROMPT)
 

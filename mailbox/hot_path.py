@@ -14,13 +14,13 @@ import contextlib
 import json
 import logging
 
+from django.conf import settings
 from django.db import connection
 
 from mailbox import events, faults, sqlcount
 from mailbox import writer as _writer
 from mailbox.wire import steer_message
 from mailbox.delivery import (
-    _limit,
     _refuse_phase,
     message_admit_enqueued,
     message_validate,
@@ -365,7 +365,7 @@ class SendJob(_writer.Job):
                 cursor.execute(sql.send_piped, self._piped_params(batch))
                 self.piped_result(cursor.fetchone(), batch)
                 return
-            claim = [sender.team_id, self.target_name, _limit("MAX_PENDING_PER_TARGET")]
+            claim = [sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"]]
             cursor.execute(sql.target_claim, claim)
             row = cursor.fetchone()
             if row is None:
@@ -416,7 +416,7 @@ class SendJob(_writer.Job):
 
     def _piped_params(self, batch) -> dict:
         return {
-            "team": self.sender.team_id, "target": self.target_name, "limit": _limit("MAX_PENDING_PER_TARGET"),
+            "team": self.sender.team_id, "target": self.target_name, "limit": settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
             "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
             "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "now": batch.now,
         }

@@ -29,10 +29,6 @@ from teams.tokens import HOST_PREFIX, MEMBER_PREFIX, token_hash, token_new
 import re
 
 
-def _limit(name: str) -> int:
-    return settings.STEERBOARD[name]
-
-
 # --- teams and members ---------------------------------------------------------
 def team_create(*, name: str) -> tuple[Team, Member, str, str]:
     """Create a team with its Lead; return (team, lead, lead token, host token)."""
@@ -83,10 +79,10 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
                 ErrorCode.TEAM_NAME_TAKEN,
                 f"The name {name!r} is already used in this team (names are never reused); choose another.",
             )
-        if Member.objects.filter(team=team).count() >= _limit("MAX_MEMBERS_PER_TEAM"):
+        if Member.objects.filter(team=team).count() >= settings.STEERBOARD["MAX_MEMBERS_PER_TEAM"]:
             raise TeamError(
                 ErrorCode.TEAM_ROSTER_FULL,
-                f"The team already has {_limit('MAX_MEMBERS_PER_TEAM')} members, the most it may have.",
+                f"The team already has {settings.STEERBOARD['MAX_MEMBERS_PER_TEAM']} members, the most it may have.",
             )
         return Member.objects.create(
             team=team,
@@ -167,10 +163,10 @@ def task_create(
     with transaction.atomic():
         team = Team.objects.select_for_update(no_key=True).get(pk=member.team_id)
         live = Task.objects.filter(team=team).exclude(status=TaskStatus.DELETED).count()
-        if live >= _limit("MAX_TASKS_PER_TEAM"):
+        if live >= settings.STEERBOARD["MAX_TASKS_PER_TEAM"]:
             raise TeamError(
                 ErrorCode.TEAM_TASK_BOARD_FULL,
-                f"The board already holds {_limit('MAX_TASKS_PER_TEAM')} tasks; complete or delete some first.",
+                f"The board already holds {settings.STEERBOARD['MAX_TASKS_PER_TEAM']} tasks; complete or delete some first.",
             )
         blockers = _tasks_resolve(team=team, ids=blocked_by)
         task = Task.objects.create(
