@@ -75,10 +75,21 @@ try {
   });
   assert.equal(claimed.task.owner, "implementer");
 
-  // wait_agent returns when mail reaches the caller; meanwhile a second wait is one too many.
-  const waiting = lead.callTool({ name: "wait_agent", arguments: { timeout_ms: 60000 } });
-  await new Promise((resolve) => setTimeout(resolve, 1500));
-  await refused(lead, "wait_agent", { timeout_ms: 60000 }, "TOO_MANY_WAITS");
+  // wait_agent returns when mail reaches the caller; meanwhile a second wait is one too many
+  // (whichever of the two the server sees second is refused at once).
+  const wait = () => lead.callTool({ name: "wait_agent", arguments: { timeout_ms: 60000 } });
+  const first = wait();
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const second = wait();
+  const tagged = (promise, which) => promise.then((result) => ({ which, result }));
+  const settled = await Promise.race([tagged(first, first), tagged(second, second)]);
+  const tooMany = settled.result;
+  assert.equal(tooMany.isError, true, JSON.stringify(tooMany));
+  assert.equal(tooMany.structuredContent, undefined);
+  assert.match(tooMany.content[0].text, /^TOO_MANY_WAITS: \S/);
+  assert.equal(JSON.parse(tooMany.content[1].text).error.code, "TOO_MANY_WAITS");
+  summary.refused.push({ tool: "wait_agent", code: "TOO_MANY_WAITS", text: tooMany.content[0].text });
+  const waiting = settled.which === first ? second : first;
   await ok(impl, "send_message", { target: "lead", message: "task-1 claimed" });
   const woke = await waiting;
   assert.equal(woke.isError ?? false, false, JSON.stringify(woke.content));
