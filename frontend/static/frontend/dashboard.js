@@ -510,5 +510,7 @@ function teamListPage() {
   setInterval(refresh, 30000);
 }
 
+// Every page: any <time data-ago> (a template's {% age %}, console.js's) stays current.
+startAges();
 if (page === "team") teamPage();
 else if (page === "teams") teamListPage();
