@@ -111,6 +111,7 @@ class MessagesView(_Api):
         parameters=[*FILTER_PARAMETERS, OpenApiParameter("cursor", str), OpenApiParameter("limit", int)],
         responses=OpenApiTypes.OBJECT,
         summary="A team's messages with their delivery state, newest first, filtered",
+        operation_id="team_messages_list",
     )
     def get(self, request, team):
         query = MessageListIn(data=request.query_params)
@@ -128,6 +129,7 @@ class MessageDetailView(_Api):
     @extend_schema(
         responses=OpenApiTypes.OBJECT,
         summary="One message with its trace: every Lead-log event in order, and the history entry that delivered it",
+        operation_id="team_message_trace",
     )
     def get(self, request, team, message_id):
         message = selectors.message_get(team=self.team(), message_id=message_id)

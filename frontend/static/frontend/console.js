@@ -80,8 +80,9 @@ function attentionItem(item, canAct) {
   }
   return h("li", {
     class: `attention-item attention-${item.kind}`, "data-attention": item.kind,
-    // data-member only on a member's item: elsewhere [data-member] is that member's lane.
-    "data-message-id": item.message_id || null, "data-member": item.kind === "member" ? item.member : null,
+    // Not data-member: on this page [data-member="<name>"] is that member's lane, one element
+    // per member (docs/dashboard.md), and tests and scripts select the lane by it alone.
+    "data-message-id": item.message_id || null, "data-attention-member": item.kind === "member" ? item.member : null,
     "data-target": item.kind === "member" ? null : item.member, "data-prompt-id": item.prompt_id || null,
   },
   h("span", { class: "attention-what" }, what),
