@@ -38,10 +38,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-import websockets
-from websockets.exceptions import InvalidStatus, WebSocketException
+from websockets.exceptions import WebSocketException
 
 from agents.client import TEAM_TOOLS, ServerClient, SocketTools, ToolError
+from agents.connection import run_reconnecting, ws_url
 from agents.model import Model, StepContext
 
 log = logging.getLogger(__name__)
@@ -52,15 +52,6 @@ AWAIT_DEFAULT_MS = 600_000
 
 class SessionRefused(Exception):
     """The server refused the token: retrying will not help."""
-
-
-def _ws_url(server: str) -> str:
-    server = server.rstrip("/")
-    if server.startswith("https://"):
-        return "wss://" + server[len("https://") :] + "/ws/agent/"
-    if server.startswith("http://"):
-        return "ws://" + server[len("http://") :] + "/ws/agent/"
-    return server + "/ws/agent/"
 
 
 class AgentSession:
@@ -197,41 +188,32 @@ class AgentSession:
 
     # --- the websocket -------------------------------------------------------------------------
     async def _connection_loop(self) -> None:
-        backoff = 0.1
-        while not self._stopping.is_set():
-            token = self.token
-            try:
-                async with websockets.connect(
-                    _ws_url(self.server),
-                    additional_headers={"Authorization": f"Bearer {token}"},
-                    open_timeout=10,
-                    close_timeout=1,
-                    max_queue=None,
-                    max_size=None,  # a tool_result is as large as its REST answer would be
-                ) as ws:
-                    self._ws = ws
-                    self._inflight.clear()
-                    self._tools = SocketTools(ws.send)
-                    # The probe goes first: a server that does not know tool frames refuses it before its welcome.
-                    await ws.send(json.dumps(self._tools.probe_frame()))
-                    await ws.send(json.dumps({"type": "hello", "status": self.status}))
-                    async for raw in ws:
-                        await self._on_frame(json.loads(raw))
-                        backoff = 0.1
-            except InvalidStatus as exc:
-                if exc.response.status_code in (401, 403) and self.token == token:
-                    raise SessionRefused(f"the server refused this session's token ({exc.response.status_code})")
-                log.info("agent websocket refused: %s", exc)
-            except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
-                log.info("agent websocket lost: %r", exc)
-            finally:
-                self._ws = None
-                self.connected.clear()
-                self._drop_tools()
-            if self._stopping.is_set():
-                return
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
+        await run_reconnecting(
+            ws_url(self.server, "ws/agent"),
+            token=lambda: self.token,
+            converse=self._converse,
+            refused=lambda status: SessionRefused(f"the server refused this session's token ({status})"),
+            max_backoff=self.max_backoff,
+            label="agent",
+            stopping=self._stopping,
+            on_lost=self._connection_lost,
+            max_size=None,  # a tool_result is as large as its REST answer would be
+        )
+
+    async def _converse(self, ws) -> None:
+        self._ws = ws
+        self._inflight.clear()
+        self._tools = SocketTools(ws.send)
+        # The probe goes first: a server that does not know tool frames refuses it before its welcome.
+        await ws.send(json.dumps(self._tools.probe_frame()))
+        await ws.send(json.dumps({"type": "hello", "status": self.status}))
+        async for raw in ws:
+            await self._on_frame(json.loads(raw))
+
+    def _connection_lost(self) -> None:
+        self._ws = None
+        self.connected.clear()
+        self._drop_tools()
 
     def _drop_tools(self) -> None:
         """The socket is gone: tool calls go over REST; those in flight are repeated there (AnswerLost)."""
@@ -655,7 +637,8 @@ def _describe(entry: dict) -> str:
     """One entry in a -v line: its kind and what tells it apart."""
     kind = entry.get("kind")
     if kind in ("tool_call", "tool_result"):
-        return f"{kind} {entry.get('tool')}" + (f" error {entry['error'].get('code')}" if entry.get("error") else "")
+        error = entry.get("error")
+        return f"{kind} {entry.get('tool')}" + (f" error {error.get('code')}" if isinstance(error, dict) else "")
     if kind == "user_message":
         return f"user_message from {(entry.get('source') or {}).get('sender')}"
     if kind == "turn_end":
