@@ -5,7 +5,8 @@ contract (websockets + httpx + pydantic-free dataclasses + the stdlib).
 """
 from agents.client import ServerClient, ToolError
 from agents.host import Host
-from agents.model import EchoModel, Model, ModelReply, StepContext, ToolCall, model_factory
+from agents.model import EchoModel, Model, ModelReply, StepContext, ToolCall
+from agents.registry import model_factory
 from agents.session import AgentSession
 
 __all__ = [

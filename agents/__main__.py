@@ -18,7 +18,7 @@ import signal
 import sys
 
 from agents.host import Host, HostRefused
-from agents.model import model_factory
+from agents.registry import model_factory
 from agents.session import AgentSession, SessionRefused
 
 TOKEN_ENV = "STEERBOARD_TOKEN"

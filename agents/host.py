@@ -25,9 +25,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import websockets
-from websockets.exceptions import InvalidStatus, WebSocketException
-
+from agents.connection import run_reconnecting, ws_url
 from agents.model import Model
 from agents.session import AgentSession, SessionRefused
 
@@ -36,11 +34,6 @@ log = logging.getLogger(__name__)
 
 class HostRefused(Exception):
     pass
-
-
-def _ws_url(server: str) -> str:
-    server = server.rstrip("/")
-    return server.replace("https://", "wss://", 1).replace("http://", "ws://", 1) + "/ws/host/"
 
 
 class Host:
@@ -63,40 +56,30 @@ class Host:
         self.connected = asyncio.Event()
 
     async def run(self) -> None:
-        backoff = 0.1
         for member, token in self._state_read().items():
             self.start({"type": "start", "member": member, "token": token, "reason": "restore"})
         try:
-            while True:
-                try:
-                    async with websockets.connect(
-                        _ws_url(self.server),
-                        additional_headers={"Authorization": f"Bearer {self.token}"},
-                        open_timeout=10,
-                        close_timeout=1,
-                        max_queue=None,
-                    ) as ws:
-                        self.connected.set()
-                        backoff = 0.1
-                        log.info("host connected to %s", self.server)
-                        async for raw in ws:
-                            frame = json.loads(raw)
-                            if frame.get("type") == "start":
-                                await ws.send(json.dumps(self.start(frame)))
-                            elif frame.get("type") == "error":
-                                log.warning("server refused a host frame: %s", frame.get("error"))
-                except InvalidStatus as exc:
-                    if exc.response.status_code in (401, 403):
-                        raise HostRefused(f"the server refused the host token ({exc.response.status_code})")
-                    log.info("host websocket refused: %s", exc)
-                except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
-                    log.info("host websocket lost: %r", exc)
-                finally:
-                    self.connected.clear()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+            await run_reconnecting(
+                ws_url(self.server, "ws/host"),
+                token=lambda: self.token,
+                converse=self._converse,
+                refused=lambda status: HostRefused(f"the server refused the host token ({status})"),
+                max_backoff=self.max_backoff,
+                label="host",
+                on_lost=self.connected.clear,
+            )
         finally:
             await self.stop_sessions()
+
+    async def _converse(self, ws) -> None:
+        self.connected.set()
+        log.info("host connected to %s", self.server)
+        async for raw in ws:
+            frame = json.loads(raw)
+            if frame.get("type") == "start":
+                await ws.send(json.dumps(self.start(frame)))
+            elif frame.get("type") == "error":
+                log.warning("server refused a host frame: %s", frame.get("error"))
 
     def start(self, frame: dict) -> dict:
         """Run the member's session unless this host already runs it; answer the server."""

@@ -1,0 +1,78 @@
+"""One reconnecting websocket for the host (``/ws/host/``) and each agent session (``/ws/agent/``).
+
+websockets has a reconnecting form of its own (``async for ws in connect(...)``),
+but it sends the same headers on every attempt and takes its backoff (3 to 90 s)
+from environment variables. Here the bearer token is read again before each
+attempt (the server may hand a running session a new start token and revoke
+the old one: teams/tokens.py), and a lost connection is tried again after
+0.1 s, doubling up to ``max_backoff``: a member whose server went away for a
+moment is back within a fraction of a second.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import InvalidStatus, WebSocketException
+
+log = logging.getLogger(__name__)
+
+
+def ws_url(server: str, path: str) -> str:
+    """``http(s)://host:port`` -> ``ws(s)://host:port/<path>``."""
+    server = server.rstrip("/")
+    for http, ws in (("https://", "wss://"), ("http://", "ws://")):
+        if server.startswith(http):
+            server = ws + server[len(http):]
+            break
+    return f"{server}/{path.strip('/')}/"
+
+
+async def run_reconnecting(
+    url: str,
+    *,
+    token: Callable[[], str],
+    converse: Callable[[ClientConnection], Awaitable[None]],
+    refused: Callable[[int], Exception],
+    max_backoff: float,
+    label: str,
+    stopping: asyncio.Event | None = None,
+    on_lost: Callable[[], None] | None = None,
+    **connect_options,
+) -> None:
+    """Connect, run ``converse(ws)`` until the connection ends, and connect again, until
+    ``stopping`` is set. A 401/403 for the token the attempt was made with raises
+    ``refused(status)`` (retrying cannot help; a token replaced meanwhile is tried at
+    once). ``on_lost`` runs after each connection, however it ended."""
+    backoff = 0.1
+    while stopping is None or not stopping.is_set():
+        sent_token = token()
+        try:
+            async with websockets.connect(
+                url,
+                additional_headers={"Authorization": f"Bearer {sent_token}"},
+                open_timeout=10,
+                close_timeout=1,
+                max_queue=None,
+                **connect_options,
+            ) as ws:
+                backoff = 0.1
+                await converse(ws)
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                if token() == sent_token:  # a token replaced meanwhile is tried next
+                    raise refused(status)
+            log.info("%s websocket refused: %s", label, exc)
+        except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
+            log.info("%s websocket lost: %r", label, exc)
+        finally:
+            if on_lost is not None:
+                on_lost()
+        if stopping is not None and stopping.is_set():
+            return
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, max_backoff)
