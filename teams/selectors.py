@@ -3,6 +3,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Task, TaskStatus, Team
+from teams.schemas import MemberOut, TaskOut
 from teams.tokens import token_hash
 from teams.wire_format import cursor_decode, cursor_encode, cursor_refused
 
@@ -39,7 +40,8 @@ def member_get(*, team_id: int, name: str) -> Member | None:
 
 
 def member_out(member: Member) -> dict:
-    return {"name": member.name, "role": member.role, "status": member.status, "description": member.description}
+    """A member as the tools show it (teams.schemas.MemberOut: the model is the one list of fields)."""
+    return MemberOut(name=member.name, role=member.role, status=member.status, description=member.description).model_dump()
 
 
 def member_is_active(member: Member) -> bool:
@@ -109,18 +111,18 @@ def task_out(task: Task, *, warnings: list[str] | None = None) -> dict:
     blockers = list(task.blocked_by.all())
     if has_open is None:
         has_open = any(b.status not in (TaskStatus.COMPLETED, TaskStatus.DELETED) for b in blockers)
-    return {
-        "id": task.public_id,
-        "revision": task.revision,
-        "subject": task.subject,
-        "description": task.description,
-        "status": task.status,
-        "owner": task.owner.name if task.owner_id else None,
-        "blocked_by": [b.public_id for b in sorted(blockers, key=lambda b: b.number)],
-        "write_scopes": list(task.write_scopes),
-        "ready": task.status == TaskStatus.PENDING and not has_open,
-        "warnings": warnings or [],
-    }
+    return TaskOut(
+        id=task.public_id,
+        revision=task.revision,
+        subject=task.subject,
+        description=task.description,
+        status=task.status,
+        owner=task.owner.name if task.owner_id else None,
+        blocked_by=[b.public_id for b in sorted(blockers, key=lambda b: b.number)],
+        write_scopes=list(task.write_scopes),
+        ready=task.status == TaskStatus.PENDING and not has_open,
+        warnings=warnings or [],
+    ).model_dump()
 
 
 def task_get(*, team_id: int, task_id: str) -> Task:
