@@ -38,12 +38,19 @@ def team_attention(*, team: Team) -> dict:
     items: list[dict] = []
     due: list[datetime] = []
 
+    roster = list(Member.objects.filter(team=team).order_by("id"))
+    by_id = {m.pk: m for m in roster}
+    # Ordered by state first and joined to nothing: SQLite then reads the pending few through
+    # the (state, queued_at) index (recovery_sweep's way); otherwise it walked the team's
+    # whole history through (team, -queued_at).
     pending = list(
-        TeamMessage.objects.filter(team=team, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
-        .select_related("sender", "target")
-        .order_by("queued_at")[:PENDING_READ]
+        TeamMessage.objects.filter(team=team, state__in=[MessageState.QUEUED, MessageState.ACCEPTED]).order_by(
+            "state", "queued_at"
+        )[:PENDING_READ]
     )
+    pending.sort(key=lambda m: m.queued_at)
     for m in pending:
+        m.sender, m.target = by_id[m.sender_id], by_id[m.target_id]
         since = m.accepted_at if m.state == MessageState.ACCEPTED and m.accepted_at else m.queued_at
         if since + after > now:
             due.append(since + after)
@@ -65,7 +72,6 @@ def team_attention(*, team: Team) -> dict:
             }
         )
 
-    roster = list(Member.objects.filter(team=team).order_by("id"))
     # Work that has waited past the threshold: a member without a session is only
     # unreachable once something has waited for it that long.
     waiting_for = {m.target_id for m in pending if m.queued_at + after <= now}
@@ -139,23 +145,24 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     now = timezone.now()
     stale = now - timedelta(seconds=threshold())
     counts = dict.fromkeys(team_ids, 0)
-    queued = (
-        TeamMessage.objects.filter(team_id__in=team_ids, state=MessageState.QUEUED, queued_at__lt=stale)
-        .values("team_id")
-        .annotate(n=Count("pk"))
+    # The pending few through the (state, queued_at) index (ordered by state first, as
+    # recovery_sweep reads them), counted here: by team, SQLite walked every old message.
+    pending = (
+        TeamMessage.objects.filter(team_id__in=team_ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
+        .order_by("state", "queued_at")
+        .values_list("team_id", "state", "queued_at", "accepted_at")[:PENDING_READ * 10]
     )
-    accepted = (
-        TeamMessage.objects.filter(team_id__in=team_ids, state=MessageState.ACCEPTED, accepted_at__lt=stale)
-        .values("team_id")
-        .annotate(n=Count("pk"))
-    )
+    for team_id, state, queued_at, accepted_at in pending:
+        since = accepted_at if state == MessageState.ACCEPTED and accepted_at else queued_at
+        if since < stale:
+            counts[team_id] += 1
     failed = Member.objects.filter(team_id__in=team_ids, phase=Phase.FAILED).values("team_id").annotate(n=Count("pk"))
     prompts = (
         HumanPrompt.objects.filter(team_id__in=team_ids, state=PromptState.QUEUED, created_at__lt=stale)
         .values("team_id")
         .annotate(n=Count("pk"))
     )
-    for rows in (queued, accepted, failed, prompts):
+    for rows in (failed, prompts):
         for row in rows:
             counts[row["team_id"]] += row["n"]
     return counts

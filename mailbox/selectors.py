@@ -107,24 +107,40 @@ def _cursor_decode(cursor: str) -> tuple[datetime, str]:
 
 
 def messages_matching(
-    *, team: Team, target: str | None = None, state: str | None = None, sender: str | None = None,
-    thread: str | None = None, q: str | None = None, since: datetime | None = None, until: datetime | None = None,
+    *, team: Team, roster: dict[int, Member], target: str | None = None, state: str | None = None,
+    sender: str | None = None, thread: str | None = None, q: str | None = None, since: datetime | None = None,
+    until: datetime | None = None, pending: bool = False,
 ):
     """A team's messages that match every filter given (the operator's search; unordered).
 
-    Each filter rides an index: state (queued, accepted) the (state, queued_at) one,
-    sender (sender, -queued_at), thread the partial thread index (a root by its id),
-    the time bounds (team, -queued_at); target and text are read along the newest-first
-    walk of (team, -queued_at), so a first page stops after its 50th match."""
-    qs = TeamMessage.objects.filter(team=team)
-    if target:
-        qs = qs.filter(target__name=target)
+    ``roster`` is the team's members by id (``roster_of``): names are resolved
+    there, so the query joins nothing and each filter rides an index. A pending
+    state (or ``pending``: both) reads the (state, queued_at) index, the few
+    undelivered rows (order by state first when both); sender (sender, -queued_at); thread the
+    partial index of replies (a root by its id); otherwise the newest-first walk
+    of (team, -queued_at), on which target, text and time bounds are checked, so
+    a first page stops at its last match. (A join to the members let SQLite's
+    planner scan the roster and sort a member's whole history instead.)"""
+    ids = {m.name: pk for pk, m in roster.items()}
+    if state and state not in MessageState.values:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
+    if (target and target not in ids) or (sender and sender not in ids):
+        return TeamMessage.objects.none()
+    if pending or state in (MessageState.QUEUED, MessageState.ACCEPTED):
+        states = [state] if state else [MessageState.QUEUED, MessageState.ACCEPTED]
+        if state == MessageState.DELIVERED:
+            return TeamMessage.objects.none()
+        qs = TeamMessage.objects.filter(team=team, state__in=states)
+        if target:
+            qs = qs.filter(target_id=ids[target])
+    else:
+        qs = TeamMessage.objects.filter(team=team)
+        if target:
+            qs = qs.filter(target_id=ids[target])
+        if state:
+            qs = qs.filter(state=state)
     if sender:
-        qs = qs.filter(sender__name=sender)
-    if state:
-        if state not in MessageState.values:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
-        qs = qs.filter(state=state)
+        qs = qs.filter(sender_id=ids[sender])
     if thread:
         qs = qs.filter(Q(thread_id=thread) | Q(pk=thread))
     if q:
@@ -136,16 +152,27 @@ def messages_matching(
     return qs
 
 
+def roster_of(*, team: Team) -> dict[int, Member]:
+    return {m.pk: m for m in Member.objects.filter(team=team)}
+
+
+def _with_members(messages: list[TeamMessage], roster: dict[int, Member]) -> list[TeamMessage]:
+    for message in messages:
+        message.sender, message.target = roster[message.sender_id], roster[message.target_id]
+    return messages
+
+
 def message_list(
     *, team: Team, target: str | None = None, state: str | None = None, cursor: str | None = None, limit: int = 50,
     **filters,
 ) -> tuple[list[TeamMessage], str | None]:
-    """Newest first, a keyset page; ``filters`` as messages_matching."""
-    qs = messages_matching(team=team, target=target, state=state, **filters).select_related("sender", "target")
+    """Newest first, a keyset page; ``filters`` as messages_matching. Two queries: the roster, the page."""
+    roster = roster_of(team=team)
+    qs = messages_matching(team=team, roster=roster, target=target, state=state, **filters)
     if cursor:
         stamp, pk = _cursor_decode(cursor)
         qs = qs.filter(Q(queued_at__lt=stamp) | Q(queued_at=stamp, pk__lt=pk))
-    page = list(qs.order_by("-queued_at", "-pk")[: limit + 1])
+    page = _with_members(list(qs.order_by("-queued_at", "-pk")[: limit + 1]), roster)
     next_cursor = _cursor_encode(page[limit - 1]) if len(page) > limit else None
     return page[:limit], next_cursor
 
@@ -153,11 +180,14 @@ def message_list(
 RETRY_WINDOW = 1000  # undelivered messages one team retry takes at most (the mailbox holds 64 per target)
 
 
-def messages_undelivered(*, team: Team, state: str | None = None, **filters) -> list[TeamMessage]:
+def messages_undelivered(*, team: Team, **filters) -> list[TeamMessage]:
     """The queued and accepted messages that match ``filters`` (a team retry's selection), oldest first."""
-    states = [state] if state else [MessageState.QUEUED, MessageState.ACCEPTED]
-    qs = messages_matching(team=team, **filters).filter(state__in=states).select_related("target")
-    return list(qs.order_by("queued_at")[:RETRY_WINDOW])
+    roster = roster_of(team=team)
+    qs = messages_matching(team=team, roster=roster, pending=True, **filters)
+    # Ordered by state first: SQLite then walks the (state, queued_at) index (recovery_sweep's way).
+    rows = list(qs.order_by("state", "queued_at")[:RETRY_WINDOW])
+    rows.sort(key=lambda m: m.queued_at)
+    return _with_members(rows, roster)
 
 
 def message_get(*, team: Team, message_id: str) -> TeamMessage:
