@@ -198,6 +198,13 @@ def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path)
         assert running.stop() == 0
 
 
+def test_without_a_browser_the_demo_waits_until_its_timeout_and_says_why(tmp_path):
+    result = demo(tmp_path / "var", "--timeout", "3", timeout=180)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "no browser opened the team page within 3s (pass --no-wait to start at once)" in result.stderr
+    assert "Kickoff" not in result.stdout and "Waiting for a browser" in result.stdout
+
+
 def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
     import socket
 
