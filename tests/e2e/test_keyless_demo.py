@@ -236,3 +236,5 @@ def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
         httpx.get(url, timeout=5)
     log_dir = tmp_path / "var" / "demo-logs"
     assert {p.name for p in log_dir.iterdir()} == {"daphne.log", "host.log", "access.log"}
+    host_log = (log_dir / "host.log").read_text()
+    assert "lead: turn " in host_log and "researcher: steer received" in host_log, host_log[-3000:]

@@ -148,7 +148,8 @@ class Command(BaseCommand):
         self._spawn("daphne", [*daphne, *timeouts, "config.asgi:application"], logs)
         self._wait_ready(server, timeout=60)
         self._say(f"Starting the team host (keyless model, {step_delay:g} s per step) ...")
-        host = [sys.executable, "-m", "agents", "host", "--server", server, "--model", "keyless"]
+        # -v: host.log tells each session's steers, turns and entries as they happen.
+        host = [sys.executable, "-m", "agents", "host", "--server", server, "--model", "keyless", "-v"]
         # The host token goes in the environment: a command line is visible to every user (ps).
         self._spawn("host", [*host, "--step-delay", str(step_delay)], logs, env={"STEERBOARD_TOKEN": host_token})
         # No session of the Lead's own: the kickoff prompt makes the server ask the
