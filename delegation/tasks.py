@@ -17,8 +17,8 @@ stays what it was however the history grows afterwards.
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import events, queue_adapter
-from mailbox.models import EntryKind, HistoryEntry
+from mailbox import events, history, queue_adapter
+from mailbox.models import EntryKind
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -116,11 +116,7 @@ def task_read(task: DelegatedTask) -> TaskView:
     if task.state in FINAL_STATES:
         view.tool_results = _tool_results(task)
         return view
-    started = (
-        HistoryEntry.objects.filter(member_id=task.member_id, kind=EntryKind.PROMPT, prompt_id=prompt.pk)
-        .order_by("id")
-        .first()
-    )
+    started = history.prompt_turn_start(member_id=task.member_id, prompt_id=prompt.pk)
     if started is None:
         member = Member.objects.get(pk=task.member_id)
         if member.phase == Phase.FAILED:
@@ -130,12 +126,7 @@ def task_read(task: DelegatedTask) -> TaskView:
         view.state = TaskState.SUBMITTED
         return view
     view.started_at = view.started_at or started.created_at
-    turn_id = started.data.get("turn_id")
-    turn = list(
-        HistoryEntry.objects.filter(member_id=task.member_id, id__gt=started.id, data__turn_id=turn_id)
-        .filter(kind__in=[EntryKind.ASSISTANT_TEXT, EntryKind.TURN_END])
-        .order_by("id")
-    )
+    turn = list(history.turn_after(started, kinds=[EntryKind.ASSISTANT_TEXT, EntryKind.TURN_END]))
     end = next((e for e in turn if e.kind == EntryKind.TURN_END), None)
     if end is None:
         view.state = TaskState.WORKING
@@ -169,14 +160,10 @@ def _tool_results(task: DelegatedTask) -> list[dict]:
     """The tool results of the task's turn, in order, if its caller asked for them."""
     if not task.with_tool_results:
         return []
-    started = HistoryEntry.objects.filter(
-        member_id=task.member_id, kind=EntryKind.PROMPT, prompt_id=task.prompt_id
-    ).order_by("id").first()
+    started = history.prompt_turn_start(member_id=task.member_id, prompt_id=task.prompt_id)
     if started is None:
         return []
-    rows = HistoryEntry.objects.filter(
-        member_id=task.member_id, id__gt=started.id, kind=EntryKind.TOOL_RESULT, data__turn_id=started.data.get("turn_id")
-    ).order_by("id")[:100]
+    rows = history.turn_after(started, kinds=[EntryKind.TOOL_RESULT])[:100]
     keys = ("tool", "call_id", "result", "error")
     return [{k: r.data[k] for k in keys if r.data.get(k) is not None} for r in rows]
 

@@ -13,8 +13,8 @@ The readers: ``message_trace`` (one message's history, for the trace page and
 """
 from collections.abc import Iterable
 
-from mailbox import events
-from mailbox.models import EntryKind, HistoryEntry, LeadLogRecord, LogKind, TeamMessage
+from mailbox import events, history
+from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, TeamMessage
 from teams.wire_format import iso
 
 # The trace's name for each message record (``data-event`` on the trace page).
@@ -88,16 +88,7 @@ def delivery_entry(*, message: TeamMessage) -> dict | None:
     if entry is None:
         return None
     data = entry.data if isinstance(entry.data, dict) else {}
-    turn_id = data.get("turn_id") if isinstance(data.get("turn_id"), str) else None
-    if turn_id is None:
-        opened = (
-            HistoryEntry.objects.filter(member_id=message.target_id, id__lt=entry.id, kind=EntryKind.TURN_START)
-            .order_by("-id")
-            .first()
-        )
-        if opened is not None:
-            start = opened.data if isinstance(opened.data, dict) else {}
-            turn_id = start.get("turn_id") if isinstance(start.get("turn_id"), str) else f"turn-at-{opened.entry_id}"
+    turn_id = history.turn_of(entry)
     step = data.get("step")
     return {
         "entry_id": entry.entry_id,

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from mailbox import delivery, events, lead_log, presence, queue_adapter
-from mailbox.models import HistoryEntry, HumanPrompt, PromptState
+from mailbox.models import HumanPrompt, PromptState
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState, Status
 from teams.services import member_fail, member_session_end, member_session_set
@@ -68,14 +68,6 @@ def session_entry(*, member: Member, entry: dict) -> bool:
     if entry.get("kind") == "prompt" and entry.get("prompt_id"):
         queue_adapter.prompt_started(member=member, prompt_id=entry["prompt_id"])
     return created
-
-
-def history_page(*, member: Member, after: int = 0, limit: int = 500) -> tuple[list[dict], int | None]:
-    """A member's own durable history, in order, for cold-resume."""
-    rows = list(HistoryEntry.objects.filter(member=member, id__gt=after).order_by("id")[: limit + 1])
-    page = rows[:limit]
-    entries = [{**r.data, "position": r.id} for r in page]
-    return entries, (page[-1].id if len(rows) > limit else None)
 
 
 def member_interrupt(*, lead: Member, target_name: str) -> str:
