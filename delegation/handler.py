@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 from mailbox import waiting
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -66,7 +66,7 @@ def _a2a_error(exc: TeamError):
 
 async def _db(fn, **kwargs):
     try:
-        return await database_sync_to_async(fn)(**kwargs)
+        return await to_db_thread(fn)(**kwargs)
     except TeamError as exc:
         raise _a2a_error(exc) from exc
 

@@ -13,7 +13,7 @@ sees the request, and answers a refusal as Steerboard's JSON error.
 """
 from mailbox.api.tool_calls import respond_json
 from mailbox.auth import bearer_from_headers
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.mcp_server import _host_allowed
 
 from a2a.auth.user import User
@@ -181,17 +181,17 @@ class A2AApp:
         card = team_card or "/".join(parts[4:]) == CARD_PATH
         try:
             if team_card:
-                team = await database_sync_to_async(Team.objects.filter(name=team_name).first)()
-                lead = await database_sync_to_async(Member.objects.filter(team=team, role="lead").first)() if team else None
+                team = await to_db_thread(Team.objects.filter(name=team_name).first)()
+                lead = await to_db_thread(Member.objects.filter(team=team, role="lead").first)() if team else None
                 if lead is None:
                     raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
                 scope[MEMBER_KEY], scope["steerboard.a2a_team_card"] = lead, True
             elif card:
-                scope[MEMBER_KEY] = await database_sync_to_async(_member_of_path)(
+                scope[MEMBER_KEY] = await to_db_thread(_member_of_path)(
                     team_name=team_name, member_name=member_name
                 )
             else:
-                scope[MEMBER_KEY], scope[CALLER_KEY] = await database_sync_to_async(_authenticated)(
+                scope[MEMBER_KEY], scope[CALLER_KEY] = await to_db_thread(_authenticated)(
                     headers=scope.get("headers", ()), team_name=team_name, member_name=member_name
                 )
         except TeamError as exc:

@@ -30,7 +30,7 @@ from django.db.models import Count, Max
 from frontend.signals import session_group
 from mailbox import events
 from mailbox.consumers import LeanConsumer
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from teams.models import Team
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ async def _watch_teams() -> None:
         if not _team_lists:
             return
         try:
-            mark = await database_sync_to_async(_teams_mark)()
+            mark = await to_db_thread(_teams_mark)()
         except Exception:  # the database is away: /readyz tells the page; try again next time
             continue
         for socket in [s for s in _team_lists if s.teams_mark != mark]:
@@ -100,9 +100,9 @@ class DashboardConsumer(LeanConsumer):
             return
         team_name = self.scope["url_route"]["kwargs"].get("team")
         if team_name is None:
-            team_ids, self.teams_mark = await database_sync_to_async(_team_list_read)()
+            team_ids, self.teams_mark = await to_db_thread(_team_list_read)()
         else:
-            team_ids = await database_sync_to_async(_team_ids)(team_name)
+            team_ids = await to_db_thread(_team_ids)(team_name)
         if team_name is not None and not team_ids:
             await self._refuse(CLOSE_NOT_FOUND)
             return
@@ -123,7 +123,7 @@ class DashboardConsumer(LeanConsumer):
     async def teams_changed(self) -> None:
         """Teams were made (or removed) since this team list last looked: follow the
         new ones too, then ring the page."""
-        team_ids, self.teams_mark = await database_sync_to_async(_team_list_read)()
+        team_ids, self.teams_mark = await to_db_thread(_team_list_read)()
         for group in (events.dashboard_group(team_id) for team_id in team_ids):
             if group not in self.groups_joined:
                 await self.channel_layer.group_add(group, self.channel_name)

@@ -12,7 +12,7 @@ import time
 
 from django.conf import settings
 
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from teams.models import Member, Team
 from teams.selectors import member_by_token, team_by_host_token
 
@@ -71,7 +71,7 @@ def member_from_headers(headers) -> Member | None:
 async def member_of_request(headers) -> Member | None:
     """The member a request's bearer token names: from the cache on the event loop,
     else looked up on a database thread."""
-    return member_cached(bearer_from_headers(headers)) or await database_sync_to_async(member_from_headers)(headers)
+    return member_cached(bearer_from_headers(headers)) or await to_db_thread(member_from_headers)(headers)
 
 
 def host_team_from_headers(headers) -> Team | None:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from mailbox import events, hot_path, outage, quota, recovery, sessions, sweeper, tools, wire
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class AgentConsumer(_JsonFrames):
         for task in list(self.tool_calls):
             task.cancel()
         if self.said_hello or self.hello_sent:
-            await database_sync_to_async(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
+            await to_db_thread(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         try:
@@ -208,7 +208,7 @@ class AgentConsumer(_JsonFrames):
             await self._writes_committed()  # a status or hello comes after the entries before it
             if isinstance(frame, wire.Hello):
                 self.hello_sent = True  # from here on the session may be attached: detach() ends it
-                replay = await database_sync_to_async(sessions.session_hello)(
+                replay = await to_db_thread(sessions.session_hello)(
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
                 )
                 self.said_hello = True
@@ -222,7 +222,7 @@ class AgentConsumer(_JsonFrames):
             elif not self.said_hello:
                 await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Say hello first."))
             elif isinstance(frame, wire.StatusFrame):
-                await database_sync_to_async(sessions.session_status)(
+                await to_db_thread(sessions.session_status)(
                     member_id=self.member.pk, state=frame.status, channel=self.channel_name
                 )
         except TeamError as exc:
@@ -358,14 +358,14 @@ class HostConsumer(_JsonFrames):
 
     async def connect(self):
         sweeper.ensure_started()
-        self.team = await database_sync_to_async(host_team_from_headers)(self.scope["headers"])
+        self.team = await to_db_thread(host_team_from_headers)(self.scope["headers"])
         if self.team is None:
             await self.close(code=4401)
             return
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await database_sync_to_async(recovery.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
+        await to_db_thread(recovery.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
 
     async def detach(self, code):
         if self.team is None:
@@ -373,7 +373,7 @@ class HostConsumer(_JsonFrames):
         try:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         finally:
-            await database_sync_to_async(sessions.host_disconnected)(channel=self.channel_name)
+            await to_db_thread(sessions.host_disconnected)(channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         try:
@@ -382,7 +382,7 @@ class HostConsumer(_JsonFrames):
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
         if isinstance(frame, wire.StartFailed):
-            await database_sync_to_async(sessions.host_start_failed)(
+            await to_db_thread(sessions.host_start_failed)(
                 team_id=self.team.pk, member_name=frame.member, error=frame.error
             )
 

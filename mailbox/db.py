@@ -1,7 +1,8 @@
 """Where a server process runs its synchronous database work.
 
-``database_sync_to_async`` has the call shape of Channels' helper of the same
-name, but every call runs on one small, fixed pool of threads per process, and
+``to_db_thread(fn)`` has the call shape of Channels' ``database_sync_to_async``
+(``await to_db_thread(fn)(*args)``; a different name, because it is not that
+helper), but every call runs on one small, fixed pool of threads per process, and
 each of those threads keeps its database connection for the life of the
 process. Two things this fixes (docs/performance.md has the profiles):
 
@@ -166,7 +167,8 @@ def calling_loop() -> asyncio.AbstractEventLoop | None:
     return getattr(_calling, "loop", None)
 
 
-database_sync_to_async = DatabaseThreads
+to_db_thread = DatabaseThreads
+database_sync_to_async = DatabaseThreads  # the old name, until mcp_server.py moves over
 
 
 def close_all(timeout: float = 30) -> None:

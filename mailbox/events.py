@@ -177,7 +177,7 @@ async def _recovery_run() -> None:
         channels = set(_local) | _unrung
         _unrung.difference_update(channels)
         try:
-            count = await db.database_sync_to_async(sessions_ring_again)(channels=sorted(channels))
+            count = await db.to_db_thread(sessions_ring_again)(channels=sorted(channels))
             log.info("after Redis came back: rang again %d sessions' undelivered messages", count)
         except Exception as exc:
             if outage.unavailable(exc) is None:

@@ -17,7 +17,7 @@ from django.db import connection
 from django.http import JsonResponse
 
 from mailbox import outage
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 
 CHECK_TIMEOUT = 2.0  # seconds each dependency may take to answer /readyz
 
@@ -34,7 +34,7 @@ def _select_one() -> None:
 
 async def _database() -> dict:
     try:
-        await asyncio.wait_for(database_sync_to_async(_select_one)(), CHECK_TIMEOUT)
+        await asyncio.wait_for(to_db_thread(_select_one)(), CHECK_TIMEOUT)
     except Exception as exc:
         outage.database.failed("readyz", exc)
         return {"ok": False, "error": outage._short(exc)}

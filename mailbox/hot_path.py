@@ -575,7 +575,7 @@ class EntryJob(_writer.Job):
 
 async def message_send_fast(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> dict:
     """send_message through the writer; answers the sender's result (tools.py's shape)."""
-    from mailbox.db import database_sync_to_async, writer
+    from mailbox.db import to_db_thread, writer
 
     job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
     await writer().run(job)
@@ -583,7 +583,7 @@ async def message_send_fast(*, sender: Member, target_name: str, content: str, r
         return job.answer()
     # Anything but a plain push (a resume, a target with messages queued before this
     # one, a test's armed fault) is admitted by target_admit, as before.
-    return await database_sync_to_async(_admit_and_answer)(job.message())
+    return await to_db_thread(_admit_and_answer)(job.message())
 
 
 def _admit_and_answer(message: TeamMessage) -> dict:

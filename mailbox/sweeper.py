@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connections
 
 from mailbox import db, outage, presence
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.recovery import recovery_pass
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ _wake: asyncio.Event | None = None
 async def _beat_loop(interval: float) -> None:
     while True:
         try:
-            await database_sync_to_async(presence.process_beat, lane="heartbeat")()
+            await to_db_thread(presence.process_beat, lane="heartbeat")()
         except Exception as exc:
             if outage.noted(exc, "the heartbeat") is None:
                 log.warning("heartbeat failed; trying again next interval", exc_info=True)
@@ -47,7 +47,7 @@ async def _checkpoint_loop(interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await database_sync_to_async(db.wal_checkpoint, lane="heartbeat")()
+            await to_db_thread(db.wal_checkpoint, lane="heartbeat")()
         except Exception as exc:
             if outage.noted(exc, "a WAL checkpoint") is None:
                 log.warning("WAL checkpoint failed; trying again next interval", exc_info=True)
@@ -61,7 +61,7 @@ async def _sweep_loop(interval: float) -> None:
             pass
         _wake.clear()
         try:
-            await database_sync_to_async(recovery_pass)()
+            await to_db_thread(recovery_pass)()
         except Exception as exc:
             if outage.noted(exc, "the recovery sweep") is None:
                 log.warning("recovery sweep failed; trying again next interval", exc_info=True)

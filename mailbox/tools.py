@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from mailbox import delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
 from mailbox import selectors as mailbox_selectors
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.models import TeamMessage
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
@@ -42,7 +42,7 @@ class Tool:
 
 def _sync(fn: Callable[[Member, BaseModel], dict]) -> Callable[[Member, BaseModel], Awaitable[dict]]:
     async def run(member: Member, args: BaseModel) -> dict:
-        return await database_sync_to_async(fn)(member, args)
+        return await to_db_thread(fn)(member, args)
 
     return run
 
@@ -92,7 +92,7 @@ def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
 async def _send_message_now(sender: Member, args: schemas.SendMessageArgs) -> dict:
     """A send without an idempotency key goes through the process's writer (the hot path)."""
     if args.idempotency_key:
-        return await database_sync_to_async(_send_message)(sender, args)
+        return await to_db_thread(_send_message)(sender, args)
     return await hot_path.message_send_fast(
         sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
     )
@@ -163,7 +163,7 @@ def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
 async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:
     """Return when another member's status changes, a message reaches the caller or a task
     changes; never wakes anyone. Event-driven (mailbox/waiting.py): one read per doorbell."""
-    snapshot = database_sync_to_async(mailbox_selectors.wait_snapshot)
+    snapshot = to_db_thread(mailbox_selectors.wait_snapshot)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + args.timeout_ms / 1000
     recheck = settings.STEERBOARD["WAIT_RECHECK_INTERVAL"]

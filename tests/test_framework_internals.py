@@ -50,7 +50,7 @@ async def test_a_database_call_runs_on_the_projects_own_threads_and_knows_its_lo
         seen["thread"] = threading.current_thread().name
         seen["loop"] = db.calling_loop()
 
-    await db.database_sync_to_async(where)()
+    await db.to_db_thread(where)()
     assert seen["thread"].startswith("steerboard-db")
     assert seen["loop"] is asyncio.get_running_loop()
     assert db.calling_loop() is None  # only set on the thread, for the call

@@ -17,7 +17,7 @@ from mailbox import inbox as inbox_service
 from mailbox import policy, quota, sweeper, wire
 from mailbox.api.errors import error_json, too_large_body
 from mailbox.api.tools import _member, _method, tool_invoke
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.tools import validation_summary
 from teams.errors import ErrorCode, TeamError
 
@@ -45,7 +45,7 @@ async def inbox(request):
         limit = _whole(request, "limit", 50)
         if not 1 <= limit <= 100 or not 0 <= after_seq <= wire.INT_MAX:
             raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-100 and after_seq is 0 to 2^63-1.")
-        page = await database_sync_to_async(inbox_service.inbox_read)(member=member, after_seq=after_seq, limit=limit)
+        page = await to_db_thread(inbox_service.inbox_read)(member=member, after_seq=after_seq, limit=limit)
     except TeamError as exc:
         return error_json(exc)
     return JsonResponse(page)
@@ -79,7 +79,7 @@ async def session_entries(request):
         except ValidationError as exc:
             raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
         admitted, refusal = _quota_admitted(member=member, entries=entries)
-        acks = await database_sync_to_async(inbox_service.entries_ack)(member=member, entries=admitted) if admitted else []
+        acks = await to_db_thread(inbox_service.entries_ack)(member=member, entries=admitted) if admitted else []
         if refusal is not None:
             refusal.extra["acks"] = acks  # the entries before the refused one are stored
             raise refusal

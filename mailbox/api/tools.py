@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from mailbox import history, sweeper, wire
 from mailbox.api.errors import error_json
 from mailbox.auth import member_of_request
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 
@@ -91,7 +91,7 @@ async def session_history(request):
             raise TeamError(ErrorCode.VALIDATION_ERROR, "after and limit are whole numbers.")
         if not 1 <= limit <= 1000 or not 0 <= after <= wire.INT_MAX:
             raise TeamError(ErrorCode.VALIDATION_ERROR, "limit is 1-1000 and after is 0 to 2^63-1.")
-        entries, next_after = await database_sync_to_async(history.history_page)(
+        entries, next_after = await to_db_thread(history.history_page)(
             member=member, after=after, limit=limit
         )
     except TeamError as exc:

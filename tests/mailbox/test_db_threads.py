@@ -5,7 +5,7 @@ import pytest
 from django.db import connection
 
 from mailbox import db
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,7 +16,7 @@ def _where() -> tuple[int, int]:
 
 
 async def test_a_database_thread_keeps_its_connection_between_calls():
-    seen = {await database_sync_to_async(_where)() for _ in range(3 * db.threads())}
+    seen = {await to_db_thread(_where)() for _ in range(3 * db.threads())}
     threads = {thread for thread, _ in seen}
     assert len(threads) <= db.threads()
     # one connection per thread, opened once: no call paid for a new connection
@@ -31,7 +31,7 @@ async def test_a_broken_connection_is_replaced_by_the_next_call():
             cursor.execute("SELECT 1")
 
     with pytest.raises(Exception):
-        await database_sync_to_async(break_it)()
+        await to_db_thread(break_it)()
 
     def select_one():
         with connection.cursor() as cursor:
@@ -41,7 +41,7 @@ async def test_a_broken_connection_is_replaced_by_the_next_call():
     # Every thread answers again (on SQLite there is one; on PostgreSQL the
     # broken one is among the pool's).
     for _ in range(2 * db.threads()):
-        assert await database_sync_to_async(select_one)() == 1
+        assert await to_db_thread(select_one)() == 1
 
 
 async def test_the_threads_are_one_on_sqlite_and_several_on_postgresql():
