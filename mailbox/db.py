@@ -168,7 +168,6 @@ def calling_loop() -> asyncio.AbstractEventLoop | None:
 
 
 to_db_thread = DatabaseThreads
-database_sync_to_async = DatabaseThreads  # the old name, until mcp_server.py moves over
 
 
 def close_all(timeout: float = 30) -> None:

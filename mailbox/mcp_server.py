@@ -37,9 +37,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from mailbox import inbox, policy, sweeper, wire
+from mailbox.api.errors import bearer_challenge
 from mailbox.api.tool_calls import respond_json
 from mailbox.auth import member_from_headers
-from mailbox.db import database_sync_to_async
+from mailbox.db import to_db_thread
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 
@@ -160,7 +161,7 @@ async def _read_resource(ctx, params: types.ReadResourceRequestParams) -> types.
         after_seq, limit = _inbox_query(uri)
         try:
             member = _member(ctx)
-            page = await database_sync_to_async(inbox.inbox_take)(member=member, after_seq=after_seq, limit=limit)
+            page = await to_db_thread(inbox.inbox_take)(member=member, after_seq=after_seq, limit=limit)
         except TeamError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}")
         contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(page))
@@ -235,14 +236,14 @@ class McpApp:
             return await respond_json(
                 send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "That Host is not allowed."}}
             )
-        member = await database_sync_to_async(member_from_headers)(scope.get("headers", []))
+        member = await to_db_thread(member_from_headers)(scope.get("headers", []))
         if member is None:
             return await respond_json(
                 send,
                 401,
                 {"error": {"code": "UNAUTHENTICATED", "message": "Send 'Authorization: Bearer <member token>' "
                            "(manage.py member_token TEAM MEMBER)."}},
-                [(b"www-authenticate", b'Bearer realm="steerboard"')],
+                [bearer_challenge(scope.get("headers", []))],
             )
         sweeper.ensure_started()
         manager = await self._started_manager()
