@@ -18,7 +18,7 @@ each reported as a ``user_message`` entry carrying its team-message source
   (the server folds it too, and records ``delivered`` if it had not).
 - Every entry is reported and acknowledged before the session goes on, so what
   the conversation holds is durable; unacknowledged entries are resent after a
-  reconnect (their ids make a resend harmless).
+  reconnect (their ids make a resend harmless). agents/outbox.py keeps them.
 - Cold-resume: with ``resume=True`` the session first reads its durable
   history (GET /api/v1/session/history) and continues from it, in the middle
   of a turn if it died in one.
@@ -43,6 +43,7 @@ from websockets.exceptions import WebSocketException
 from agents.client import TEAM_TOOLS, ServerClient, SocketTools, ToolError
 from agents.connection import run_reconnecting, ws_url
 from agents.model import Model, StepContext
+from agents.outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,7 @@ class AgentSession:
         self._interrupt = asyncio.Event()
         self._work = asyncio.Event()
         self._inbox_changed = asyncio.Event()
-        self._unacked: OrderedDict[str, dict] = OrderedDict()
-        self._ack_waiters: dict[str, asyncio.Future] = {}
-        self._inflight: deque[str] = deque()
+        self._outbox = Outbox(self._send, on_acked=self._acked)
         self._replay_left = 0
         self._baseline_pending = False
         self._replayed = asyncio.Event()  # the first welcome's replay has arrived
@@ -106,7 +105,6 @@ class AgentSession:
         self._tools: SocketTools | None = None  # tool calls on the current connection
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self._report_lock = asyncio.Lock()
         self.instructions: str | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -202,7 +200,7 @@ class AgentSession:
 
     async def _converse(self, ws) -> None:
         self._ws = ws
-        self._inflight.clear()
+        self._outbox.connection_new()
         self._tools = SocketTools(ws.send)
         # The probe goes first: a server that does not know tool frames refuses it before its welcome.
         await ws.send(json.dumps(self._tools.probe_frame()))
@@ -251,9 +249,7 @@ class AgentSession:
             log.info("%s: connected to team %s (replay %s)", self.member, self.team, self._replay_left)
             if self._replay_left == 0:
                 self._replayed.set()
-            for entry in list(self._unacked.values()):  # resend what was never acknowledged
-                self._inflight.append(entry["id"])
-                await self._ws.send(json.dumps({"type": "entry", "entry": entry}))
+            await self._outbox.welcomed()  # resend what was never acknowledged
         elif kind == "steer":
             self._on_steer(frame["message"])
             if self._replay_left > 0:
@@ -267,24 +263,16 @@ class AgentSession:
             if self._in_turn:
                 self._interrupt.set()
         elif kind == "ack":
-            entry_id = frame.get("entry_id")
-            with contextlib.suppress(ValueError):
-                self._inflight.remove(entry_id)
-            self._acked(entry_id, folded=bool(frame.get("folded")))
+            self._outbox.acked(frame.get("entry_id"), folded=bool(frame.get("folded")))
         elif kind == "tool_result":
             if self._tools is not None:
                 self._tools.answer(frame)
         elif kind == "error":
-            if (frame.get("error") or {}).get("code") == "HISTORY_QUOTA_EXCEEDED" and frame.get("entry_id") in self._unacked:
-                # The member's history quota (docs/operations.md): nothing was stored; send it
+            if (frame.get("error") or {}).get("code") == "HISTORY_QUOTA_EXCEEDED" and self._outbox.holds(frame.get("entry_id")):
+                # The member's history quota (docs/operations.md): nothing was stored; it goes
                 # again after the pause the server names. Its waiter (the turn) waits meanwhile.
-                entry_id = frame["entry_id"]
-                with contextlib.suppress(ValueError):
-                    self._inflight.remove(entry_id)
-                pause = float(frame.get("retry_after") or 1.0)
-                log.warning("history quota: entry %s goes again in %.1f s", entry_id, pause)
                 self.stats["quota_waits"] = self.stats.get("quota_waits", 0) + 1
-                asyncio.get_running_loop().call_later(pause, lambda: asyncio.ensure_future(self._resend(entry_id)))
+                self._outbox.quota_paused(frame["entry_id"], float(frame.get("retry_after") or 1.0))
                 return
             if (frame.get("error") or {}).get("code") == "SERVICE_UNAVAILABLE":
                 # The server cannot reach its database: it closes the socket next (4503).
@@ -295,35 +283,13 @@ class AgentSession:
                 log.info("the server takes no tool calls on the websocket (%s): they go over REST", frame.get("error"))
                 return
             log.warning("server refused a frame: %s", frame.get("error"))
-            if self._inflight:
-                entry_id = self._inflight.popleft()
-                entry = self._unacked.pop(entry_id, None)
-                waiter = self._ack_waiters.pop(entry_id, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_exception(ToolError(**{k: frame["error"].get(k, "") for k in ("code", "message")}))
-                elif entry is not None:
-                    log.warning("entry %s was refused", entry_id)
+            self._outbox.refused(frame.get("error") or {})
 
-    async def _resend(self, entry_id: str) -> None:
-        """Send an unacknowledged entry again (after a quota pause); without a connection the
-        next welcome resends it with the others."""
-        entry = self._unacked.get(entry_id)
-        if entry is None or not self.connected.is_set() or self._ws is None or entry_id in self._inflight:
-            return
-        self._inflight.append(entry_id)
-        if not await self._send({"type": "entry", "entry": entry}):
-            with contextlib.suppress(ValueError):
-                self._inflight.remove(entry_id)
-
-    def _acked(self, entry_id: str, *, folded: bool) -> None:
-        entry = self._unacked.pop(entry_id, None)
+    def _acked(self, entry: dict | None, folded: bool) -> None:
         if entry is not None:
             log.info("%s: entry recorded: %s%s", self.member, _describe(entry), " (folded)" if folded else "")
         if folded:
             self.stats["folded_acks"] += 1
-        waiter = self._ack_waiters.pop(entry_id, None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(folded)
 
     # --- inbox ---------------------------------------------------------------------------------
     def _on_steer(self, message: dict) -> None:
@@ -399,21 +365,7 @@ class AgentSession:
         return entry
 
     async def _send_entry(self, entry: dict) -> bool:
-        async with self._report_lock:
-            waiter = self._ack_waiters.get(entry["id"])
-            if waiter is None or waiter.done():
-                waiter = asyncio.get_running_loop().create_future()
-                self._ack_waiters[entry["id"]] = waiter
-            self._unacked[entry["id"]] = entry
-            if self.connected.is_set() and self._ws is not None:
-                self._inflight.append(entry["id"])
-                if not await self._send({"type": "entry", "entry": entry}):
-                    with contextlib.suppress(ValueError):
-                        self._inflight.remove(entry["id"])
-            try:
-                return await waiter
-            except ToolError:
-                return False
+        return await self._outbox.report(entry)
 
     async def _set_status(self, status: str) -> None:
         self.status = status

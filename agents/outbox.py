@@ -1,0 +1,104 @@
+"""A session's history entries on their way to the server, until each is acknowledged.
+
+Every entry the session adds is reported (an ``entry`` frame) and its reporter
+waits for the server's ``ack``: what the conversation holds is durable before
+the session goes on. The server answers entries in the order it got them, so a
+refusal (an ``error`` frame) is for the oldest entry still in flight. What is
+never acknowledged is sent again after the next ``welcome``; an entry the
+history quota refused goes again after the pause the server names. Entry ids
+make every resend harmless (the server folds them).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable
+
+from agents.client import ToolError
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    def __init__(self, send: Callable[[dict], Awaitable[bool]], *, on_acked: Callable[[dict | None, bool], None]):
+        """``send(frame)`` sends on the current connection (False without one);
+        ``on_acked(entry, folded)`` is told of each acknowledgement."""
+        self._send = send
+        self._on_acked = on_acked
+        self._unacked: OrderedDict[str, dict] = OrderedDict()
+        self._waiters: dict[str, asyncio.Future] = {}
+        self._inflight: deque[str] = deque()  # sent on this connection, not yet answered, in order
+        self._lock = asyncio.Lock()
+
+    def holds(self, entry_id: str | None) -> bool:
+        return entry_id in self._unacked
+
+    async def report(self, entry: dict) -> bool:
+        """Send the entry and wait for its ack: True when it folded on one the server held,
+        False when it was refused (or folded as False). Without a connection it waits for
+        the next welcome's resend."""
+        async with self._lock:
+            waiter = self._waiters.get(entry["id"])
+            if waiter is None or waiter.done():
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters[entry["id"]] = waiter
+            self._unacked[entry["id"]] = entry
+            await self._send_one(entry)
+            try:
+                return await waiter
+            except ToolError:
+                return False
+
+    async def _send_one(self, entry: dict) -> None:
+        self._inflight.append(entry["id"])
+        if not await self._send({"type": "entry", "entry": entry}):
+            with contextlib.suppress(ValueError):
+                self._inflight.remove(entry["id"])
+
+    # --- the connection ----------------------------------------------------------------------
+    def connection_new(self) -> None:
+        self._inflight.clear()
+
+    async def welcomed(self) -> None:
+        """A new connection is ready: send again everything not acknowledged, in order."""
+        for entry in list(self._unacked.values()):
+            await self._send_one(entry)
+
+    # --- the server's answers ------------------------------------------------------------------
+    def acked(self, entry_id: str | None, *, folded: bool) -> None:
+        with contextlib.suppress(ValueError):
+            self._inflight.remove(entry_id)
+        entry = self._unacked.pop(entry_id, None)
+        self._on_acked(entry, folded)
+        waiter = self._waiters.pop(entry_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(folded)
+
+    def quota_paused(self, entry_id: str, pause: float) -> None:
+        """The history quota refused the entry (nothing stored): send it again after ``pause``;
+        its reporter waits meanwhile."""
+        with contextlib.suppress(ValueError):
+            self._inflight.remove(entry_id)
+        log.warning("history quota: entry %s goes again in %.1f s", entry_id, pause)
+        asyncio.get_running_loop().call_later(pause, lambda: asyncio.ensure_future(self._resend(entry_id)))
+
+    async def _resend(self, entry_id: str) -> None:
+        entry = self._unacked.get(entry_id)
+        if entry is None or entry_id in self._inflight:
+            return  # acknowledged meanwhile, or a welcome already sent it again
+        await self._send_one(entry)
+
+    def refused(self, error: dict) -> bool:
+        """An ``error`` frame for an entry: the oldest in flight. False when none is."""
+        if not self._inflight:
+            return False
+        entry_id = self._inflight.popleft()
+        entry = self._unacked.pop(entry_id, None)
+        waiter = self._waiters.pop(entry_id, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ToolError(**{k: error.get(k, "") for k in ("code", "message")}))
+        elif entry is not None:
+            log.warning("entry %s was refused", entry_id)
+        return True
