@@ -36,6 +36,7 @@ from mailbox import selectors as mailbox_selectors
 from mailbox.models import TeamMessage
 from teams import selectors as team_selectors
 from teams.models import Team
+from teams.wire_format import iso
 
 LATENCY_SAMPLE = 5000
 COLORS = 8
@@ -160,9 +161,9 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
         "team": team.name,
         "window": window.key,
         "windows": list(WINDOWS),
-        "generated_at": _iso(now),
-        "start": _iso(start),
-        "end": _iso(end),
+        "generated_at": iso(now),
+        "start": iso(start),
+        "end": iso(end),
         "bucket_seconds": window.bucket_minutes * 60,
         "sampled": len(latencies) == LATENCY_SAMPLE,
         "members": members,
@@ -186,8 +187,6 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _iso(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 # ------------------------------------------------------------------------------ drawing

@@ -100,7 +100,7 @@ def message_trace(request, team, message_id):
         "frontend/message_trace.html",
         {
             "team": found,
-            "message": selectors.message_view(message),
+            "message": selectors.message_card(message),
             "events": trace["events"],
             "delivered_by": trace["delivered_by"],
             "me": _viewer(request),

@@ -7,7 +7,6 @@ history entries, the first page of tasks. Counts are aggregates. Older rows are
 reached page by page (``frontend.console_views.team_messages``, the operator API).
 """
 import json
-from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
@@ -20,6 +19,7 @@ from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
 from teams.models import Member, Status, Task, TaskStatus, Team
+from teams.wire_format import iso
 
 PENDING_WINDOW = 30  # queued + accepted shown per target (the mailbox holds at most 64)
 DELIVERED_WINDOW = 10  # delivered shown per target
@@ -31,11 +31,8 @@ TEAM_LIST_WINDOW = 100
 ENTRY_TEXT_LIMIT = 300
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
 
-
-def message_view(message: TeamMessage) -> dict:
+def message_card(message: TeamMessage) -> dict:
     out = mailbox_selectors.message_out(message)
     content = out.pop("content")
     out["html"] = markdown_html(content)
@@ -49,7 +46,7 @@ def _latency_point(message: TeamMessage) -> dict | None:
     return {
         "message_id": message.id,
         "target": message.target.name,
-        "delivered_at": _iso(message.delivered_at),
+        "delivered_at": iso(message.delivered_at),
         "seconds": round(max((message.delivered_at - message.queued_at).total_seconds(), 0.0), 3),
     }
 
@@ -90,7 +87,7 @@ def entry_view(row: HistoryEntry, sources: "EntrySources") -> dict:
     text = _text_of(row.kind, data)
     if len(text) > ENTRY_TEXT_LIMIT:
         text = text[: ENTRY_TEXT_LIMIT - 1] + "…"
-    out = {"id": row.entry_id, "kind": row.kind, "text": text, "at": _iso(row.created_at)}
+    out = {"id": row.entry_id, "kind": row.kind, "text": text, "at": iso(row.created_at)}
     if row.message_id:
         out["message_id"] = row.message_id
         found = sources.messages.get((row.member_id, row.message_id))
@@ -173,7 +170,7 @@ def timeline_build(
                 "turn_id": turn_id or f"turn-at-{row.entry_id}",
                 "kind": "turn",
                 "prompt_id": None,
-                "started_at": _iso(row.created_at),
+                "started_at": iso(row.created_at),
                 "ended": False,
                 "partial": not turns and row.kind not in (EntryKind.TURN_START, EntryKind.PROMPT),
                 "steps": [],
@@ -239,7 +236,7 @@ def team_snapshot(*, team: Team) -> dict:
     # which then stays short (a long one holds back SQLite's WAL checkpoints and
     # PostgreSQL's vacuum).
     for lane in snapshot["members"]:
-        lane["messages"] = {state: [message_view(m) for m in listed] for state, listed in lane["messages"].items()}
+        lane["messages"] = {state: [message_card(m) for m in listed] for state, listed in lane["messages"].items()}
     return snapshot
 
 
@@ -267,7 +264,7 @@ def _team_snapshot(*, team: Team) -> dict:
         members.append(
             {
                 **team_selectors.member_out(member),
-                "status_changed_at": _iso(member.status_changed_at),
+                "status_changed_at": iso(member.status_changed_at),
                 "counts": counts.get(member.pk, {"queued": 0, "accepted": 0, "delivered": 0}),
                 "messages": messages,
                 "latency": latency,
@@ -280,7 +277,7 @@ def _team_snapshot(*, team: Team) -> dict:
     tasks, next_cursor = team_selectors.task_list(team_id=team.pk, limit=TASK_WINDOW)
     return {
         "team": team.name,
-        "generated_at": _iso(timezone.now()),
+        "generated_at": iso(timezone.now()),
         "attention": attention.team_attention(team=team),
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
@@ -297,15 +294,15 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
     sent = dict.fromkeys(ids, 0)
     for member in Member.objects.filter(team_id__in=ids).order_by("id"):
         members[member.team_id].append({"name": member.name, "role": member.role, "status": member.status})
-        # Seqs are dense per target and messages are never deleted: next_seq - 1 is
-        # how many were ever sent to it, without reading them.
-        sent[member.team_id] += member.next_seq - 1
+        sent[member.team_id] += mailbox_selectors.sent_count(member.next_seq)
     states = {i: {"queued": 0, "accepted": 0, "delivered": 0} for i in ids}
     pending = TeamMessage.objects.filter(team_id__in=ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
     for row in pending.values("team_id", "state").annotate(n=Count("pk")):
         states[row["team_id"]][row["state"]] = row["n"]
     for team_id, counts in states.items():
-        counts["delivered"] = max(0, sent[team_id] - counts["queued"] - counts["accepted"])
+        counts["delivered"] = mailbox_selectors.delivered_count(
+            sent=sent[team_id], queued=counts["queued"], accepted=counts["accepted"]
+        )
     open_tasks = dict(
         Task.objects.filter(team_id__in=ids)
         .filter(Q(status=TaskStatus.PENDING) | Q(status=TaskStatus.IN_PROGRESS))
@@ -317,7 +314,7 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
     return [
         {
             "team": t.name,
-            "created_at": _iso(t.created_at),
+            "created_at": iso(t.created_at),
             "members": members[t.pk],
             "messages": states[t.pk],
             "open_tasks": open_tasks.get(t.pk, 0),
@@ -332,4 +329,4 @@ def team_messages_page(
 ) -> tuple[list[dict], str | None]:
     """A page of the team messages page: the operator API's filtered list, rendered as the team page's cards."""
     page, next_cursor = mailbox_selectors.message_list(team=team, cursor=cursor, limit=limit, **filters)
-    return [message_view(m) for m in page], next_cursor
+    return [message_card(m) for m in page], next_cursor

@@ -55,13 +55,10 @@ def pending_of(
 def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
     """Per target: how many messages are queued, accepted, delivered.
 
-    The pending states are counted (a bounded few per target). Delivered is
-    derived: ``seq`` is dense per target (handed out one by one in the enqueue
-    transaction; messages are never deleted), so a target's highest seq is how
-    many messages it was ever sent, read from the (target, seq) index. The cost
-    stays the same with a million stored messages as with a thousand."""
-    top = TeamMessage.objects.filter(target=OuterRef("pk")).order_by("-seq").values("seq")[:1]
-    totals = list(Member.objects.filter(team=team).annotate(top=Subquery(top)).values_list("pk", "top"))
+    The pending states are counted (a bounded few per target); delivered is
+    derived from them (``delivered_count``). The cost stays the same with a
+    million stored messages as with a thousand."""
+    totals = [(pk, sent_count(next_seq)) for pk, next_seq in Member.objects.filter(team=team).values_list("pk", "next_seq")]
     # By target (the (target, state, seq) index), not by team: only the pending few are read.
     rows = (
         TeamMessage.objects.filter(
@@ -76,8 +73,20 @@ def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
     counts = {}
     for member_id, total in totals:
         p = pending.get(member_id, {"queued": 0, "accepted": 0})
-        counts[member_id] = {**p, "delivered": max(0, (total or 0) - p["queued"] - p["accepted"])}
+        counts[member_id] = {**p, "delivered": delivered_count(sent=total, queued=p["queued"], accepted=p["accepted"])}
     return counts
+
+
+def sent_count(next_seq: int) -> int:
+    """How many messages a target was ever sent: ``seq`` is dense per target (handed out
+    one by one in the enqueue transaction; messages are never deleted), so it is the
+    member's next seq less one, read without touching the messages."""
+    return next_seq - 1
+
+
+def delivered_count(*, sent: int, queued: int, accepted: int) -> int:
+    """Delivered = sent less what is still pending: no scan of the delivered backlog."""
+    return max(0, sent - queued - accepted)
 
 
 def team_summary(*, team: Team) -> dict:

@@ -13,6 +13,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from teams.wire_format import iso
+
 register = template.Library()
 
 
@@ -43,7 +45,7 @@ def age(value, template: str = "{ago}", css_class: str = ""):
     utc = moment.astimezone(UTC)
     return format_html(
         '<time datetime="{}" title="{}" data-ago="{}"{}>{}</time>',
-        utc.isoformat().replace("+00:00", "Z"),
+        iso(utc),
         utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
         template,
         format_html(' class="{}"', css_class) if css_class else "",

@@ -3,42 +3,17 @@
 // "Team messages"). The message cards are the team page's own (messageItem in
 // dashboard.js); the trace page is server-rendered and needs nothing here.
 
-import { coalesced, getJson, liveSocket, messageItem, operatorPost } from "./dashboard.js";
+import { timeAgo } from "./ages.js";
+import { coalesced, getJson, h, liveSocket, messageItem, operatorPost } from "./dashboard.js";
 
 const body = document.body;
 const team = body.dataset.team;
 
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
-    else el.setAttribute(key, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return el;
-}
-
 const teamPath = (...parts) => `/teams/${[team, ...parts].map(encodeURIComponent).join("/")}/`;
 const apiPath = (...parts) => `/api/v1/teams/${[team, ...parts].map(encodeURIComponent).join("/")}`;
 
-// A relative age of our own ("2 min"), the words of ages.js; ages.js (loaded by
-// dashboard.js) keeps every <time data-ago> current once a second after that.
-function age(seconds) {
-  const s = Math.max(0, Math.floor(seconds));
-  if (s < 60) return `${s} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h`;
-  return `${Math.floor(s / 86400)} d`;
-}
-
-function since(iso, template) {
-  const seconds = (Date.now() - Date.parse(iso)) / 1000;
-  return h("time", { datetime: iso, "data-ago": template, title: iso }, template.replace("{age}", age(seconds)));
-}
+// <time datetime title data-ago>: ages.js (started by dashboard.js) keeps it current.
+const since = (iso, template) => timeAgo(iso, template);
 
 // ---------------------------------------------------------------- needs attention
 async function retry(button, url) {

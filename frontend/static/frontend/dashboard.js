@@ -16,7 +16,7 @@ const body = document.body;
 const page = body.dataset.page;
 
 // ---------------------------------------------------------------- DOM helpers
-function h(tag, attrs = {}, ...children) {
+export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   setAttrs(el, attrs);
   for (const child of children.flat()) {
