@@ -496,6 +496,8 @@ function renderTeams(data) {
 
 function teamListPage() {
   startAges();
+  const initial = document.getElementById("teams-data");
+  if (initial) renderTeams({ teams: JSON.parse(initial.textContent) });
   const refresh = coalesced(async () => {
     try {
       renderTeams(await getJson("/teams.json"));
