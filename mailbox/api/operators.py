@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from accounts.authentication import OperatorTokenAuthentication
 from mailbox import delivery, lead_log, queue_adapter, selectors, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
+from mailbox.models import MessageState
 from teams import selectors as team_selectors
 from teams import services as team_services
 from teams.errors import TeamError
@@ -79,7 +80,7 @@ class MessageFilterIn(serializers.Serializer):
 
     target = serializers.CharField(required=False, allow_blank=True, max_length=63)
     sender = serializers.CharField(required=False, allow_blank=True, max_length=63)
-    state = serializers.ChoiceField(choices=["queued", "accepted", "delivered"], required=False)
+    state = serializers.ChoiceField(choices=MessageState.values, required=False)
     thread = serializers.CharField(required=False, allow_blank=True, max_length=64)
     q = serializers.CharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False)
     since = serializers.DateTimeField(required=False)
@@ -98,7 +99,7 @@ class MessageListIn(MessageFilterIn):
 FILTER_PARAMETERS = [
     OpenApiParameter("target", str, description="the target member's name"),
     OpenApiParameter("sender", str, description="the sender member's name"),
-    OpenApiParameter("state", str, enum=["queued", "accepted", "delivered"]),
+    OpenApiParameter("state", str, enum=MessageState.values),
     OpenApiParameter("thread", str, description="a thread id: the root message and its replies"),
     OpenApiParameter("q", str, description="text in the body (case-insensitive)"),
     OpenApiParameter("since", OpenApiTypes.DATETIME, description="queued at or after"),
@@ -149,7 +150,7 @@ class TeamRetryView(_Api):
         query = MessageFilterIn(data={**request.query_params.dict(), **_body_dict(request)})
         query.is_valid(raise_exception=True)
         filters = query.filters()
-        if filters["state"] == "delivered":
+        if filters["state"] == MessageState.DELIVERED:
             return Response({"retried": 0})
         messages = selectors.messages_undelivered(team=self.team(), **filters)
         return Response({"retried": delivery.messages_retry(messages=messages, by=request.user.get_username())})
