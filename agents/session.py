@@ -42,6 +42,7 @@ from websockets.exceptions import WebSocketException
 
 from agents.client import TEAM_TOOLS, ServerClient, SocketTools, ToolError
 from agents.connection import run_reconnecting, ws_url
+from agents.inbox import Inbox
 from agents.model import Model, StepContext
 from agents.outbox import Outbox
 
@@ -84,9 +85,7 @@ class AgentSession:
         self.idle = asyncio.Event()
         self.idle.set()
 
-        self._inbox: dict[str, dict] = {}  # message id -> steered message not yet in the conversation
-        self._integrated: dict[str, dict] = {}  # message id -> its user_message entry
-        self._last_seq = 0
+        self._inbox = Inbox()
         self._prompts: deque[dict] = deque()
         self._prompt_ids: set[str] = set()  # every prompt id seen: queued, running or in the history
         self._prompt_entries: dict[str, dict] = {}  # prompt id -> its entry in the conversation
@@ -96,11 +95,7 @@ class AgentSession:
         self._mark_resumed = False
         self._interrupt = asyncio.Event()
         self._work = asyncio.Event()
-        self._inbox_changed = asyncio.Event()
         self._outbox = Outbox(self._send, on_acked=self._acked)
-        self._replay_left = 0
-        self._baseline_pending = False
-        self._replayed = asyncio.Event()  # the first welcome's replay has arrived
         self._ws = None
         self._tools: SocketTools | None = None  # tool calls on the current connection
         self._stopping = asyncio.Event()
@@ -164,8 +159,7 @@ class AgentSession:
         for entry in entries:
             source = entry.get("source") or {}
             if entry.get("kind") == "user_message" and source.get("kind") == "team-message":
-                self._integrated[source["message_id"]] = entry
-                self._last_seq = max(self._last_seq, int(source.get("seq") or 0))
+                self._inbox.restored(entry, source["message_id"], int(source.get("seq") or 0))
                 self.team = source.get("team", self.team)
             if entry.get("kind") == "prompt" and entry.get("prompt_id") is not None:
                 self._prompt_ids.add(str(entry["prompt_id"]))
@@ -237,25 +231,18 @@ class AgentSession:
             self.member = frame.get("member", self.member)
             self.team = frame.get("team", self.team)
             self.client.member = self.member
-            self._replay_left = int(frame.get("replay") or 0)
-            # Nothing undelivered: the next steer's seq is where this member's inbox stands now.
-            self._baseline_pending = self._replay_left == 0
+            replay = int(frame.get("replay") or 0)
             self.stats["connects"] += 1
             if self._tools is not None:
                 self._tools.welcomed()
                 if self._tools.ready:
                     self.client.transport = self._tools
             self.connected.set()
-            log.info("%s: connected to team %s (replay %s)", self.member, self.team, self._replay_left)
-            if self._replay_left == 0:
-                self._replayed.set()
+            log.info("%s: connected to team %s (replay %s)", self.member, self.team, replay)
+            self._inbox.welcome(replay)
             await self._outbox.welcomed()  # resend what was never acknowledged
         elif kind == "steer":
             self._on_steer(frame["message"])
-            if self._replay_left > 0:
-                self._replay_left -= 1
-                if self._replay_left == 0:
-                    self._replay_done()
         elif kind == "prompt":
             self._on_prompt(frame["prompt"])
         elif kind == "interrupt":
@@ -294,44 +281,16 @@ class AgentSession:
     # --- inbox ---------------------------------------------------------------------------------
     def _on_steer(self, message: dict) -> None:
         self.stats["steers"] += 1
-        message_id = message["id"]
-        if self._baseline_pending:
-            self._baseline_pending = False
-            self._last_seq = max(self._last_seq, int(message["seq"]) - 1)
         log.info(
-            "%s: steer received: message %s from %s (seq %s)", self.member, message_id, message.get("sender"), message.get("seq")
+            "%s: steer received: message %s from %s (seq %s)", self.member, message["id"], message.get("sender"), message.get("seq")
         )
-        if message_id in self._integrated:
+        held = self._inbox.steer(message)
+        if held is not None:
             self.stats["folded_steers"] += 1
-            entry = self._integrated[message_id]
-            asyncio.get_running_loop().create_task(self._send_entry(entry))
-            return
-        if message_id in self._inbox:
-            self.stats["folded_steers"] += 1
-            return
-        self._inbox[message_id] = message
-        self._inbox_changed.set()
-        self._work.set()
-
-    def _replay_done(self) -> None:
-        """After a replay the server has sent every undelivered message: an earlier gap is no gap."""
-        self._replayed.set()
+            if isinstance(held, dict):  # already in the conversation: report its entry again
+                asyncio.get_running_loop().create_task(self._send_entry(held))
         if self._inbox:
-            lowest = min(int(m["seq"]) for m in self._inbox.values())
-            self._last_seq = max(self._last_seq, lowest - 1)
             self._work.set()
-            self._inbox_changed.set()
-
-    def _drainable(self) -> list[dict]:
-        """Inbox messages that may enter now: in seq order, stopping at a gap (a replay is coming)."""
-        out, expected = [], self._last_seq + 1
-        for message in sorted(self._inbox.values(), key=lambda m: int(m["seq"])):
-            seq = int(message["seq"])
-            if seq > expected:
-                break
-            out.append(message)
-            expected = max(expected, seq + 1)
-        return out
 
     def _on_prompt(self, prompt: dict) -> None:
         prompt_id = str(prompt["id"])
@@ -377,11 +336,11 @@ class AgentSession:
 
     # --- turns ---------------------------------------------------------------------------------
     def _has_work(self) -> bool:
-        return bool(self._open_turn or self._prompts or self._drainable())
+        return bool(self._open_turn or self._prompts or self._inbox.drainable())
 
     async def _turn_loop(self) -> None:
         await self.connected.wait()
-        await self._replayed.wait()  # a resumed turn's next boundary must see what waited for it
+        await self._inbox.replayed.wait()  # a resumed turn's next boundary must see what waited for it
         if self.model is None:
             self.model = self.model_factory(self.member or "")
         if self.instructions is None:
@@ -517,18 +476,18 @@ class AgentSession:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            ready = [m for m in self._drainable() if sender is None or m["sender"] == sender]
+            ready = [m for m in self._inbox.drainable() if sender is None or m["sender"] == sender]
             if ready:
                 return {
                     "timed_out": False,
-                    "arrived": [{"sender": m["sender"], "message_id": m["id"]} for m in self._drainable()],
+                    "arrived": [{"sender": m["sender"], "message_id": m["id"]} for m in self._inbox.drainable()],
                 }
-            self._inbox_changed.clear()
+            self._inbox.changed.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return {"timed_out": True, "arrived": []}
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._inbox_changed.wait(), remaining)
+                await asyncio.wait_for(self._inbox.changed.wait(), remaining)
 
     async def _interruptible(self, coro):
         """Run coro unless the turn is interrupted first (then None)."""
@@ -550,12 +509,11 @@ class AgentSession:
 
     async def _integrate(self, turn_id: str, step: int) -> None:
         """The step boundary: steered messages enter the conversation in seq order."""
-        pause = getattr(self.model, "step_delay", 0) if self._drainable() else 0
+        pause = getattr(self.model, "step_delay", 0) if self._inbox.drainable() else 0
         if pause:  # a paced model (keyless --step-delay): the messages wait, accepted, where a person sees them
             await asyncio.sleep(pause)
-        for message in self._drainable():
+        for message in self._inbox.drainable():
             message_id = message["id"]
-            self._inbox.pop(message_id, None)
             entry = {
                 "id": f"msg-{message_id}",
                 "kind": "user_message",
@@ -570,8 +528,7 @@ class AgentSession:
                     "seq": message.get("seq"),
                 },
             }
-            self._integrated[message_id] = entry
-            self._last_seq = max(self._last_seq, int(message["seq"]))
+            self._inbox.entered(message, entry)
             await self._report(entry)
 
     async def _end_turn(self, turn_id: str, step: int, reason: str, error: str | None = None) -> None:
