@@ -14,7 +14,7 @@ sees the request, and answers a refusal as Steerboard's JSON error.
 from mailbox.api.tool_calls import respond_json
 from mailbox.auth import bearer_from_headers
 from mailbox.db import to_db_thread
-from mailbox.mcp_server import _host_allowed
+from mailbox.api.tool_calls import host_allowed
 
 from a2a.auth.user import User
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
@@ -169,7 +169,7 @@ class A2AApp:
     async def __call__(self, scope, receive, send):
         if self._app is None:
             self._app = build_app()
-        if not _host_allowed(scope):
+        if not host_allowed(scope):
             await respond_json(send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "Invalid Host header."}})
             return
         parts = scope.get("path", "").split("/")  # ['', 'a2a', team, member, ...]

@@ -29,8 +29,6 @@ import json
 from urllib.parse import parse_qs, urlsplit
 
 from asgiref.sync import ThreadSensitiveContext
-from django.conf import settings
-from django.http.request import split_domain_port, validate_host
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -38,7 +36,7 @@ from mcp.shared.exceptions import MCPError
 
 from mailbox import inbox, policy, sweeper, wire
 from mailbox.api.errors import bearer_challenge
-from mailbox.api.tool_calls import respond_json
+from mailbox.api.tool_calls import host_allowed, respond_json
 from mailbox.auth import member_from_headers
 from mailbox.db import to_db_thread
 from mailbox.tools import TOOLS, tool_call
@@ -181,15 +179,6 @@ server = Server(
 )
 
 
-def _host_allowed(scope) -> bool:
-    host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
-    domain, _ = split_domain_port(host)
-    allowed = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return bool(domain) and validate_host(domain, allowed)
-
-
 class McpApp:
     """ASGI app for /mcp: checks the host and the member token, then hands over to the MCP transport."""
 
@@ -232,7 +221,7 @@ class McpApp:
                 {"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST MCP messages to /mcp."}},
                 [(b"allow", b"POST")],
             )
-        if not _host_allowed(scope):
+        if not host_allowed(scope):
             return await respond_json(
                 send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "That Host is not allowed."}}
             )

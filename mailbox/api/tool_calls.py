@@ -53,7 +53,9 @@ def _security_headers() -> list[tuple[bytes, bytes]]:
     return _header_cache
 
 
-def _host_allowed(scope) -> bool:
+def host_allowed(scope) -> bool:
+    """Whether the request's Host is one ALLOWED_HOSTS admits (Django's own check), for the
+    ASGI apps that answer without Django's handler: the tool app, /mcp and /a2a."""
     host = b""
     for name, value in scope.get("headers", ()):
         if name == b"host":
@@ -102,7 +104,7 @@ async def _body(receive, limit: int | None) -> bytes | None:
 
 async def app(scope, receive, send) -> None:
     sweeper.ensure_started()
-    if not _host_allowed(scope):
+    if not host_allowed(scope):
         await respond_json(send, 400, {"error": {"code": "BAD_REQUEST", "message": "That Host is not allowed here."}})
         return
     name = scope["path"][len(PREFIX):]
