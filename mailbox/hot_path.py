@@ -19,14 +19,8 @@ from django.db import connection
 
 from mailbox import events, faults, sqlcount
 from mailbox import writer as _writer
-from mailbox.wire import steer_message
-from mailbox.delivery import (
-    _refuse_phase,
-    message_admit_enqueued,
-    message_validate,
-    observation,
-    send_answer,
-)
+from mailbox.answers import observation, send_answer
+from mailbox.delivery import _refuse_phase, message_admit_enqueued, message_validate
 from mailbox.models import (
     HistoryEntry,
     HostPresence,
@@ -37,6 +31,7 @@ from mailbox.models import (
     TeamMessage,
     message_id_new,
 )
+from mailbox.wire import steer_message
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Status, status_of
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
+from mailbox import answers, delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import TeamMessage
@@ -82,7 +82,7 @@ def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
         return {"message_id": message.id, "thread_id": message.thread_id or message.id}
 
     def admit(_: dict) -> dict:
-        return delivery.send_answer(*delivery.message_admit_enqueued(message=sent[0]))
+        return answers.send_answer(*delivery.message_admit_enqueued(message=sent[0]))
 
     return idempotency.run_once(
         member=sender, tool="send_message", arguments=args, perform=enqueue, finish=admit, replay=_send_replayed
@@ -102,7 +102,7 @@ def _send_replayed(stored: dict) -> dict:
     """A replay whose first call has not finished admission: answer what is known now."""
     if "delivery" in stored:
         return stored
-    result = delivery.send_answer_now(message_id=stored["message_id"])
+    result = answers.send_answer_now(message_id=stored["message_id"])
     result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
     return result
 

@@ -1,4 +1,4 @@
-"""The `delivery` observation in send_message's result (mailbox/delivery.py: delivery_observation)."""
+"""The `delivery` observation in send_message's result (mailbox/answers.py: delivery_observation)."""
 from datetime import datetime
 
 import pytest

@@ -1,0 +1,90 @@
+"""What a sender is told: ``send_message``'s answer and its ``delivery`` observation.
+
+Observations, not promises (docs/protocol.md): ``accepted`` means the target's
+inbox took the message, never that the target took on the work it asks for;
+``expected`` and ``warnings`` say in words what happens next, from what
+admission saw (mailbox/delivery.py) or, on the hot path, what its one
+statement returned (mailbox/hot_path.py).
+"""
+from django.utils import timezone
+
+from mailbox import hosts
+from mailbox.delivery import Admission
+from mailbox.models import MessageState, TeamMessage
+from teams.models import Status
+from teams.wire_format import iso
+
+
+def send_answer(message: TeamMessage, admission: Admission) -> dict:
+    """The sender's answer to send_message: the message, its state and what admission saw."""
+    return {
+        "message_id": message.id,
+        "status": "queued" if message.state == MessageState.QUEUED else "accepted",
+        "thread_id": message.thread_id or message.id,
+        "delivery": delivery_observation(message=message, admission=admission),
+        "idempotent_replay": False,
+    }
+
+
+def send_answer_now(*, message_id: str) -> dict:
+    """The answer to a send whose admission another call is running: what is known now."""
+    message = TeamMessage.objects.select_related("target").get(pk=message_id)
+    admission = Admission(
+        target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
+    )
+    return send_answer(message, admission)
+
+
+def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
+    """What admission saw, for the sender: the target's status, what happens next, and warnings.
+
+    Observations, not promises: 'accepted' means the target's inbox took the
+    message, never that the target took on the work it asks for."""
+    has_host = admission.host_connected
+    if has_host is None:
+        has_host = hosts.team_has_host(message.team_id)
+    return observation(
+        target=message.target.name,
+        status=admission.target_status,
+        state=message.state,
+        has_host=has_host,
+        error=admission.error,
+    )
+
+
+def observation(*, target: str, status: str, state: str, has_host: bool, error: str = "") -> dict:
+    warnings: list[str] = []
+    waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
+    if state == MessageState.DELIVERED:
+        expected = f"{target} already has the message in its history."
+    elif waiting and not has_host:
+        expected = f"The message waits in the durable mailbox until {target}'s session connects."
+        warnings.append(
+            f"{target} is {status} and no host is connected to resume it: the message waits for its session "
+            "(or for a host to connect). It is stored; do not resend it."
+        )
+    elif error:
+        expected = "The message stays queued; recovery admits it again, in order."
+        warnings.append(
+            f"Admission failed for now ({error}); the message is queued for recovery. "
+            "It is stored; do not resend it."
+        )
+    elif status == Status.RUNNING:
+        expected = f"{target} is in a turn: the message enters its history at its next step boundary."
+    elif status == Status.IDLE:
+        expected = f"{target} is idle: the message starts a turn."
+    elif status == Status.PROVISIONING:
+        expected = f"{target}'s session is being provisioned; it receives the message when the session connects."
+    elif waiting:
+        expected = f"{target} has no session: its host is resuming it, and it receives the message when it connects."
+        if status == Status.FAILED:
+            warnings.append(f"{target}'s last session start failed; the host was asked again.")
+    else:
+        expected = "The message stays queued for recovery."
+    return {
+        "target_status": str(status),
+        "observed_at": iso(timezone.now()),
+        "host_connected": bool(has_host),
+        "expected": expected,
+        "warnings": warnings,
+    }
