@@ -35,6 +35,10 @@ class Outbox:
     def holds(self, entry_id: str | None) -> bool:
         return entry_id in self._unacked
 
+    def __len__(self) -> int:
+        """Entries reported and not yet acknowledged by the server."""
+        return len(self._unacked)
+
     async def report(self, entry: dict) -> bool:
         """Send the entry and wait for its ack: True when it folded on one the server held,
         False when it was refused (or folded as False). Without a connection it waits for

@@ -102,6 +102,11 @@ class AgentSession:
         self._tasks: list[asyncio.Task] = []
         self.instructions: str | None = None
 
+    @property
+    def unacknowledged(self) -> int:
+        """How many of this session's entries the server has not yet acknowledged."""
+        return len(self._outbox)
+
     # --- lifecycle -----------------------------------------------------------------------------
     def token_replace(self, token: str) -> None:
         """Use ``token`` from now on (a host's later start carries a new one and the

@@ -68,7 +68,7 @@ async def test_a_turn_through_a_database_outage_loses_no_entry(own_database):
         await asyncio.sleep(2)
         await asyncio.to_thread(pg.start)
         await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set()
-                    and not session._unacked, "the turn's end, every entry acknowledged", timeout=60)
+                    and not session.unacknowledged, "the turn's end, every entry acknowledged", timeout=60)
         assert session.stats["connects"] > connects, "the outage reached the session (4503, then a reconnect)"
         history = await asyncio.to_thread(team.history, "worker")
     finally:
