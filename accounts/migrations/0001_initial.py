@@ -1,3 +1,4 @@
+import datetime
 import hashlib
 
 import django.db.models.deletion
@@ -16,6 +17,8 @@ def hash_existing_tokens(apps, schema_editor):
         cursor.execute("SELECT key, user_id, created FROM authtoken_token")
         rows = cursor.fetchall()
     for key, user_id, created in rows:
+        if isinstance(created, datetime.datetime) and created.tzinfo is None:
+            created = created.replace(tzinfo=datetime.timezone.utc)  # a naive column holds UTC (USE_TZ=False)
         token = OperatorToken.objects.create(user_id=user_id, token_hash=hashlib.sha256(key.encode()).hexdigest())
         OperatorToken.objects.filter(pk=token.pk).update(created_at=created)
     with connection.cursor() as cursor:
