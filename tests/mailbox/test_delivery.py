@@ -1,8 +1,14 @@
 """mailbox/delivery.py: Steer delivery to running, idle and inactive targets."""
+import threading
+
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 
-from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from mailbox import delivery
+from mailbox.models import HistoryEntry, LeadLogRecord, MessageState, TeamMessage
+from teams.models import SessionState
+from teams.services import member_session_set, member_spawn, team_create
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,3 +201,47 @@ async def test_a_hello_replays_each_undelivered_message_exactly_once(api):
     assert steered == sent
     assert await agent.nothing("steer", timeout=1.0), "a replayed message was steered twice"
     await agent.close()
+
+
+# --- many senders at once, on either backend ----------------------------------------------------
+def _team(name="delivery", teammates=("worker",)):
+    team, lead, _, _ = team_create(name=name)
+    members = [member_spawn(lead=lead, name=n, description="d", prompt="p") for n in teammates]
+    return team, lead, members
+
+
+def test_concurrent_senders_to_one_target_get_dense_seqs_and_admission_in_seq_order():
+    team, lead, (worker,) = _team(teammates=("worker",))
+    others = [member_spawn(lead=lead, name=f"s{i}", description="d", prompt="p") for i in range(3)]
+    member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="test-channel-worker")
+    errors = []
+
+    def sender(member, count):
+        try:
+            for i in range(count):
+                delivery.message_send(sender=member, target_name="worker", content=f"{member.name} {i}")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sender, args=(m, 8)) for m in [lead, *others]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    messages = list(TeamMessage.objects.filter(target=worker).order_by("seq"))
+    assert [m.seq for m in messages] == list(range(1, 33))
+    assert {m.state for m in messages} == {MessageState.ACCEPTED}
+    # Per sender, seq follows send order (each sender sends one after another).
+    for member in [lead, *others]:
+        mine = [m for m in messages if m.sender_id == member.pk]
+        assert [m.content for m in mine] == [f"{member.name} {i}" for i in range(8)]
+    # The Lead log accepted each message once, in seq order.
+    accepted = list(
+        LeadLogRecord.objects.filter(kind="team/message/accepted", message__target=worker)
+        .order_by("id")
+        .values_list("message__seq", flat=True)
+    )
+    assert accepted == sorted(accepted) and len(accepted) == 32

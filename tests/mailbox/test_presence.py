@@ -1,5 +1,5 @@
-"""One code path on both backends: per-target serialisation, SKIP LOCKED claims,
-migrations, and recovery of what a dead process left behind (mailbox/presence.py).
+"""mailbox/presence.py: which processes are alive, and recovery of what a dead
+process left behind (recovery.presence_reap); a live process taken for dead.
 
 These run on whatever the test run is on (scripts/test.sh runs them on SQLite +
 in-memory and on PostgreSQL + Redis); where the two databases serialise by
@@ -8,17 +8,15 @@ different means, each test asserts the guarantee, not the mechanism.
 import asyncio
 import threading
 from datetime import timedelta
-from io import StringIO
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
-from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from mailbox import delivery, presence, recovery
-from mailbox.models import HostPresence, LeadLogRecord, MessageState, ServerProcess, SessionPresence, TeamMessage
+from mailbox.models import HostPresence, MessageState, ServerProcess, SessionPresence
 from teams.models import Member, SessionState, Status
 from teams.services import member_session_set, member_spawn, team_create
 
@@ -30,89 +28,10 @@ def _no_background_sweeper(settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "SWEEP_INTERVAL": 0, "PROCESS_TIMEOUT": 30}
 
 
-def _team(name="backends", teammates=("worker",)):
+def _team(name="presence", teammates=("worker",)):
     team, lead, _, _ = team_create(name=name)
     members = [member_spawn(lead=lead, name=n, description="d", prompt="p") for n in teammates]
     return team, lead, members
-
-
-def test_migrations_are_complete_and_applied_on_this_backend():
-    out = StringIO()
-    call_command("makemigrations", "--check", "--dry-run", stdout=out)
-    assert "No changes detected" in out.getvalue()
-    tables = connection.introspection.table_names()
-    assert {"mailbox_serverprocess", "mailbox_sessionpresence", "mailbox_teammessage"} <= set(tables)
-
-
-def test_concurrent_senders_to_one_target_get_dense_seqs_and_admission_in_seq_order():
-    team, lead, (worker,) = _team(teammates=("worker",))
-    others = [member_spawn(lead=lead, name=f"s{i}", description="d", prompt="p") for i in range(3)]
-    member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="test-channel-worker")
-    errors = []
-
-    def sender(member, count):
-        try:
-            for i in range(count):
-                delivery.message_send(sender=member, target_name="worker", content=f"{member.name} {i}")
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=sender, args=(m, 8)) for m in [lead, *others]]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
-    messages = list(TeamMessage.objects.filter(target=worker).order_by("seq"))
-    assert [m.seq for m in messages] == list(range(1, 33))
-    assert {m.state for m in messages} == {MessageState.ACCEPTED}
-    # Per sender, seq follows send order (each sender sends one after another).
-    for member in [lead, *others]:
-        mine = [m for m in messages if m.sender_id == member.pk]
-        assert [m.content for m in mine] == [f"{member.name} {i}" for i in range(8)]
-    # The Lead log accepted each message once, in seq order.
-    accepted = list(
-        LeadLogRecord.objects.filter(kind="team/message/accepted", message__target=worker)
-        .order_by("id")
-        .values_list("message__seq", flat=True)
-    )
-    assert accepted == sorted(accepted) and len(accepted) == 32
-
-
-def test_a_worker_holding_a_target_is_not_waited_for_by_the_sweeper():
-    """PostgreSQL: SKIP LOCKED hands the sweeper nothing for a target another
-    transaction holds. SQLite has one writer at a time: the sweeper's admission
-    runs after the holder commits. Either way the target is admitted once."""
-    team, lead, (worker,) = _team()
-    member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="test-channel-worker")
-    message = delivery.message_enqueue(sender=lead, target_name="worker", content="hello")
-    holding, release = threading.Event(), threading.Event()
-
-    def holder():
-        try:
-            with transaction.atomic():
-                Member.objects.select_for_update().get(pk=worker.pk)
-                holding.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    t = threading.Thread(target=holder)
-    t.start()
-    assert holding.wait(30)
-    if connection.vendor == "postgresql":
-        assert delivery.target_admit(target_id=worker.pk, skip_locked=True) is None
-        message.refresh_from_db()
-        assert message.state == MessageState.QUEUED
-        release.set()
-    else:
-        threading.Timer(0.5, release.set).start()
-    t.join(30)
-    result = delivery.target_admit(target_id=worker.pk, skip_locked=True)
-    assert result is not None and result.admitted == [message.id]
-    assert LeadLogRecord.objects.filter(kind="team/message/accepted", message=message).count() == 1
 
 
 def _dead_process(pid="dead-host:1:0000"):

@@ -1,0 +1,59 @@
+"""mailbox/sweeper.py: the recovery pass each process runs in the background.
+
+Several processes may sweep at once: admission claims targets with SKIP LOCKED
+(PostgreSQL), so a sweeper never waits for a target another transaction holds.
+These run on whatever the test run is on (SQLite + in-memory, PostgreSQL + Redis);
+where the two databases serialise by different means, each test asserts the
+guarantee, not the mechanism.
+"""
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from mailbox import delivery
+from mailbox.models import LeadLogRecord, MessageState
+from teams.models import Member, SessionState
+from teams.services import member_session_set, member_spawn, team_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _team(name="sweeper", teammates=("worker",)):
+    team, lead, _, _ = team_create(name=name)
+    members = [member_spawn(lead=lead, name=n, description="d", prompt="p") for n in teammates]
+    return team, lead, members
+
+
+def test_a_worker_holding_a_target_is_not_waited_for_by_the_sweeper():
+    """PostgreSQL: SKIP LOCKED hands the sweeper nothing for a target another
+    transaction holds. SQLite has one writer at a time: the sweeper's admission
+    runs after the holder commits. Either way the target is admitted once."""
+    team, lead, (worker,) = _team()
+    member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="test-channel-worker")
+    message = delivery.message_enqueue(sender=lead, target_name="worker", content="hello")
+    holding, release = threading.Event(), threading.Event()
+
+    def holder():
+        try:
+            with transaction.atomic():
+                Member.objects.select_for_update().get(pk=worker.pk)
+                holding.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert holding.wait(30)
+    if connection.vendor == "postgresql":
+        assert delivery.target_admit(target_id=worker.pk, skip_locked=True) is None
+        message.refresh_from_db()
+        assert message.state == MessageState.QUEUED
+        release.set()
+    else:
+        threading.Timer(0.5, release.set).start()
+    t.join(30)
+    result = delivery.target_admit(target_id=worker.pk, skip_locked=True)
+    assert result is not None and result.admitted == [message.id]
+    assert LeadLogRecord.objects.filter(kind="team/message/accepted", message=message).count() == 1
