@@ -239,23 +239,6 @@ async def test_a_waiting_tool_call_does_not_hold_up_the_socket(api):
     await worker.close()
 
 
-async def test_dashboard_doorbells_are_coalesced_per_team(api):
-    from channels.layers import get_channel_layer
-
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    await layer.group_add(events.dashboard_group(999), channel)
-    for i in range(50):
-        events.dashboard_ring(999, {"type": "team.changed", "kind": "message", "n": i})
-    first = await asyncio.wait_for(layer.receive(channel), 2)
-    assert first["n"] == 0  # the first ring of a quiet team goes out at once
-    closing = await asyncio.wait_for(layer.receive(channel), 2)
-    assert closing["n"] == 49  # the other 49 went out as one, with the latest hint
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(layer.receive(channel), events.DASHBOARD_RING_INTERVAL * 3)
-    await layer.group_discard(events.dashboard_group(999), channel)
-
-
 async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(api, settings):
     from datetime import timedelta
 
