@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from common import BACKENDS, Bench, audit_line, durable_commits, pct
+from common import BACKENDS, Bench, audit_line, durable_commits, free_port, pct
 from lean import (JSON_LIB, Pool, Unsupported, all_cpu_seconds, loadavg, machine_ticks, process_label, process_tree,
                   tree_cpu_seconds)
 
@@ -127,8 +127,6 @@ def cpu_line(w: dict, groups: dict[str, str]) -> str:
 # --- the floor -----------------------------------------------------------------------------------
 class BareDaphne:
     def __init__(self, tmp: Path):
-        from tests.support.live import free_port
-
         self.port = free_port()
         self.log = open(tmp / f"bare-daphne-{self.port}.log", "ab")
         self.proc = subprocess.Popen(

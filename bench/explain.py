@@ -76,12 +76,13 @@ def profile(label: str, call) -> None:
 
 
 def send(token: str, target: str) -> str:
-    from mailbox import tools
+    """A send's database work, on this thread: the delivery state machine's public service
+    (mailbox/delivery.py: enqueue durably, then admit) and the sender's answer (mailbox/answers.py)."""
+    from mailbox import answers, delivery
     from mailbox.auth import member_from_headers
-    from teams.schemas import SendMessageArgs
 
     sender = member_from_headers([(b"authorization", f"Bearer {token}".encode())])
-    return tools._send_message(sender, SendMessageArgs(target=target, message="explain probe"))["status"]
+    return answers.send_answer(*delivery.message_send(sender=sender, target_name=target, content="explain probe"))["status"]
 
 
 def main(team: str, operator: str, lead_token: str, target: str) -> None:

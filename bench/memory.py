@@ -1,4 +1,5 @@
-"""Resident memory of one daphne process holding idle agent sessions.
+"""Resident memory of one daphne process holding idle agent sessions (the
+shipped SDK's agents.AgentSession, one per member).
 
     python bench/memory.py                       # embedded default, 1 000 sessions
     python bench/memory.py --backend scale-out   # PostgreSQL + Redis
@@ -22,11 +23,8 @@ async def run(args) -> None:
         server = bench.servers[0]
         fleet = Fleet(bench, team)
         # Warm the process (imports, first request, sweeper) before the baseline.
-        warm = list(fleet.agents.values())[:5]
-        for agent in warm:
-            agent.start()
-        while not all(a.welcomed.is_set() for a in warm):
-            await asyncio.sleep(0.05)
+        warm = fleet.names[:5]
+        await fleet.connect(names=warm)
         await asyncio.sleep(2)
         base = rss_kib(server.proc.pid)
         t = time.monotonic()

@@ -1,6 +1,8 @@
-"""Load and soak: N agent sessions exchange M messages with random disconnects
-and reconnects; then a checker reads the database and proves zero loss, zero
-duplicates and per-target order, and the run prints throughput and latency.
+"""Load and soak: N agent sessions of the shipped SDK (agents.AgentSession)
+exchange M messages sent over REST with random disconnects and reconnects; then
+the operator's check (`manage.py delivery_audit TEAM --all-delivered`) proves
+zero loss, zero duplicates, per-target order and one delivered record each,
+and the run prints throughput and latency.
 
     python bench/soak.py                                   # embedded default, 50 sessions, 20 000 messages
     python bench/soak.py --backend scale-out --processes 2 # PostgreSQL + Redis, two daphne processes
@@ -15,7 +17,7 @@ import asyncio
 import random
 import time
 
-from common import Bench, Fleet, Load, delivery_audit, ms, pct
+from common import Bench, Fleet, Load, audit_summary, ms, pct
 
 
 async def run(args) -> int:
@@ -34,8 +36,7 @@ async def run(args) -> int:
             nonlocal drops
             while not stop.is_set():
                 await asyncio.sleep(rng.expovariate(1 / args.drop_every))
-                victim = fleet.agents[rng.choice(names)]
-                victim.drop()
+                fleet.sessions[rng.choice(names)].drop_connection()
                 drops += 1
 
         counter = iter(range(args.messages))
@@ -65,23 +66,25 @@ async def run(args) -> int:
         chaos_task.cancel()
         last = await fleet.drain(load, args.drain_seconds)
         # The agents reconnect after a drop; give recovery its turn, then check the database.
-        audit = delivery_audit(bench.env)
+        audit = bench.audit()
+        ok = bool(audit.get("ok"))
         accepted, delivered, missing = fleet.latencies(load)
         span = max(last, sent_done) - start
         print(f"  sent {len(load.sent)} in {sent_done - start:.1f} s ({len(load.sent) / (sent_done - start):.1f} msg/s offered); "
               f"{load.refused} refused, {load.errors} transport errors (outcome unknown, the audit covers them)")
         print(f"  delivered {len(delivered)} in {span:.1f} s = {len(delivered) / span:.1f} msg/s; {drops} forced disconnects, "
-              f"{sum(a.connects for a in fleet.agents.values()) - len(names)} reconnects")
+              f"{fleet.connects() - len(names)} reconnects")
         print(f"  send→accepted  p50 {ms(pct(accepted, 50))}  p95 {ms(pct(accepted, 95))}  p99 {ms(pct(accepted, 99))}")
         print(f"  send→delivered p50 {ms(pct(delivered, 50))}  p95 {ms(pct(delivered, 95))}  p99 {ms(pct(delivered, 99))}")
         for label, values in fleet.stages(load).items():
-            print(f"  {label:<17}p50 {ms(pct(values, 50))}  p95 {ms(pct(values, 95))}  p99 {ms(pct(values, 99))}")
-        print(f"  checker: {'OK' if audit.ok and not missing else 'FAILED'}: {audit.summary()}; "
-              f"{missing} sent messages not acknowledged by their session")
-        if not audit.ok:
-            print(audit.details())
+            print(f"  {label:<22}p50 {ms(pct(values, 50))}  p95 {ms(pct(values, 95))}  p99 {ms(pct(values, 99))}")
+        print(f"  checker (manage.py delivery_audit): {'OK' if ok and not missing else 'FAILED'}: "
+              f"{audit_summary(audit) if 'messages' in audit else audit}; "
+              f"{missing} sent messages never in their session's conversation")
+        if audit.get("examples"):
+            print(f"  examples: {audit['examples']}")
         await fleet.close()
-        return 0 if audit.ok and not missing else 1
+        return 0 if ok and not missing else 1
     finally:
         bench.close()
 
