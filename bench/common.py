@@ -1,5 +1,6 @@
-"""What the benchmarks share: a live environment on either backend, bulk
-provisioning, the same-run floor, percentiles, and the load driver.
+"""What the benchmarks share: a run's servers and team on either backend
+(bench/harness.py), the same-run floor, percentiles, the load driver (the
+shipped SDK's sessions and ServerClient), and the operator's delivery audit.
 
 Everything talks to 127.0.0.1 only, and every loop is bounded in count and time.
 """
