@@ -40,6 +40,17 @@ def phase_of(name: str) -> str:
     return Member.objects.get(name=name).phase
 
 
+async def start_failure_handled(error: str) -> None:
+    """The host's start_failed frame is handled: its Lead-log record is committed, in the
+    transaction that fails the member (mailbox/sessions.host_start_failed)."""
+    recorded = database_sync_to_async(lambda: LeadLogRecord.objects.filter(data__start_failed=error).exists())
+    for _ in range(200):
+        if await recorded():
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"the start failure {error!r} was not recorded")
+
+
 # --- 1. the spawn prompt -------------------------------------------------------------------------
 async def test_the_spawn_prompt_is_the_teammates_first_turn_delivered_once(api):
     team = await team_new()
@@ -188,7 +199,7 @@ async def test_a_failed_member_takes_no_message_and_nothing_is_stored(api):
     await host.connect(status=None)
     await host.expect("start")
     await host.send({"type": "start_failed", "member": "broken", "error": "no such image"})
-    await asyncio.sleep(0.2)
+    await start_failure_handled("no such image")
     assert await phase_of("broken") == "failed"
     for key in (None, "k-1"):  # the hot path and the keyed path answer alike
         args = {"target": "broken", "message": "hello?"} | ({"idempotency_key": key} if key else {})
@@ -226,7 +237,7 @@ async def test_a_teammate_that_has_run_stays_inactive_when_a_resume_fails(api):
     await api.ok(team["lead"], "send_message", target="implementer", message="wake up")
     assert (await host.expect("start"))["reason"] == "resume"
     await host.send({"type": "start_failed", "member": "implementer", "error": "disk full"})
-    await asyncio.sleep(0.2)
+    await start_failure_handled("disk full")
     assert await phase_of("implementer") == "active"
     roster = await api.ok(team["lead"], "list_agents")
     assert {a["name"]: a["status"] for a in roster["agents"]}["implementer"] == "inactive"

@@ -33,10 +33,12 @@ async def test_wait_agent_returns_when_a_message_reaches_the_caller_and_wakes_no
     agent = Agent(impl)
     await agent.connect("running")
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=10_000))
-    await asyncio.sleep(0.3)
-    assert await agent.nothing("steer")  # waiting pushes nothing to anyone
+    await asyncio.sleep(0.3)  # the wait has read what it compares with (nothing shows when it has)
     await api.ok(impl, "send_message", target="lead", message="done")
     assert await asyncio.wait_for(waiting, 5) == {"timed_out": False, "no_progress": None}
+    # Waiting pushed nothing to anyone: the first steer the teammate gets is one sent after it.
+    after = await api.ok(team["lead"], "send_message", target="implementer", message="after the wait")
+    assert (await agent.expect("steer"))["message"]["id"] == after["message_id"]
     await agent.close()
 
 
@@ -54,5 +56,8 @@ async def test_interrupt_agent_stops_a_running_turn_and_keeps_the_inbox(api):
     assert (await agent.expect("steer"))["message"]["id"] == sent["message_id"]
     # An idle target is not interrupted.
     assert await api.ok(team["lead"], "interrupt_agent", target="implementer") == {"previous_status": "idle"}
-    assert await agent.nothing("interrupt")
+    # Nothing was sent: a steer sent after it arrives with no interrupt before it (one socket, in order).
+    after = await api.ok(team["lead"], "send_message", target="implementer", message="after the interrupt")
+    assert (await agent.expect("steer"))["message"]["id"] == after["message_id"]
+    assert [f["type"] for f in agent.buffer if f["type"] == "interrupt"] == []
     await agent.close()
