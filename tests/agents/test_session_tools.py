@@ -5,8 +5,10 @@ without doing anything twice, and a server that does not know tool frames gets
 every call over REST."""
 import asyncio
 import contextlib
+import itertools
 import json
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
@@ -45,6 +47,19 @@ def tool_posts(server, tool: str = "") -> int:
     return server.log().count(f'"POST /api/v1/tools/{tool}')
 
 
+_markers = itertools.count(1)
+
+
+async def access_log_settled(server) -> None:
+    """Every request daphne has answered is in its access log. Daphne writes a request's
+    line as its response ends, on its one reactor thread; so once the line of a request
+    made now is there, the lines of all those answered before it are too."""
+    marker = f"/healthz?settled={next(_markers)}"
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        await http.get(marker)
+    await until(lambda: f'"GET {marker}"' in server.log(), "the access log's line for " + marker)
+
+
 def results(entries: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for entry in entries:
@@ -71,7 +86,7 @@ async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, d
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
-        await asyncio.sleep(0.3)
+        await access_log_settled(daphne_server)
         before = tool_posts(daphne_server)
         assert before >= 1, "daphne's access log shows the REST spawn_teammate"
 
@@ -80,7 +95,7 @@ async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, d
         assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
         assert all("result" in r for rs in done.values() for r in rs), done
         assert done["send_message"][0]["result"]["idempotent_replay"] is False
-        await asyncio.sleep(0.5)  # the access log is written as a request ends
+        await access_log_settled(daphne_server)
         assert tool_posts(daphne_server) == before, "no tool call of the session went over REST"
         assert session.client.transport is not None and session.client.transport.ready
 
@@ -90,7 +105,7 @@ async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, d
         await until(lambda: session.stats["connects"] > connects, "the reconnect")
         history = await run_turn(team, session, "worker")
         assert [len(r) for r in results(history).values()] == [2, 2, 2, 2, 2]
-        await asyncio.sleep(0.5)
+        await access_log_settled(daphne_server)
         assert tool_posts(daphne_server) == before
         messages = await asyncio.to_thread(team.messages)
         assert [m["content"] for m in messages] == ["hi", "hi"]  # one per turn, none twice
@@ -137,7 +152,7 @@ async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphn
         assert sorted(m["name"] for m in summary["members"]) == ["lead", "worker"]
         messages = await asyncio.to_thread(team.messages)
         assert [(m["sender"], m["target"], m["content"]) for m in messages] == [("lead", "worker", "hello")]
-        await asyncio.sleep(0.5)
+        await access_log_settled(daphne_server)
         # Each first went out as a frame; only its repetition went over REST.
         assert tool_posts(daphne_server, "spawn_teammate") == 1
         assert tool_posts(daphne_server, "send_message") == 1
@@ -197,13 +212,13 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, d
         running = asyncio.create_task(session.run())
         try:
             await asyncio.wait_for(session.connected.wait(), 30)
-            await asyncio.sleep(0.3)
+            await access_log_settled(daphne_server)
             before = tool_posts(daphne_server)
             history = await run_turn(team, session, "worker")
             done = results(history)
             assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
             assert all("result" in r for rs in done.values() for r in rs), done
-            await asyncio.sleep(0.5)
+            await access_log_settled(daphne_server)
             assert tool_posts(daphne_server) == before + 5, "every call went over REST"
             assert session.client.transport is None
             assert [f["id"].startswith("probe-") for f in refused] == [True] * session.stats["connects"]
