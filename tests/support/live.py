@@ -8,6 +8,7 @@ own. ``LiveEnvironment(tmp_path, scale_out=True)`` asks for PostgreSQL + Redis
 whatever the run is on (tests that need several processes); PostgreSQL and
 Redis on 127.0.0.1 are always there in CI (scripts/test.sh starts them).
 """
+import atexit
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -30,14 +32,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _postgres_database_new(base_url: str) -> str:
+def _postgres_database_new(base_url: str, template: str | None = None) -> str:
     import psycopg
 
     name = f"steerboard_e2e_{uuid.uuid4().hex[:10]}"
     admin = base_url.rsplit("/", 1)[0] + "/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return base_url.rsplit("/", 1)[0] + "/" + name
+
+
+# base DATABASE_URL ("" for SQLite) -> this process's migrated template: a SQLite file, or a
+# PostgreSQL database name (one per test process: pytest-xdist workers never share one).
+_templates: dict[str, str] = {}
+
+
+def _migrated_template(env: dict, base_url: str) -> str:
+    if base_url not in _templates:
+        if base_url:
+            url = _postgres_database_new(base_url)
+            template = url.rsplit("/", 1)[1]
+            atexit.register(_postgres_database_drop, url)
+        else:
+            template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
+            url = f"sqlite:///{template}"
+        result = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
+            cwd=ROOT, env={**env, "DATABASE_URL": url}, capture_output=True, text=True, timeout=180,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
+        _templates[base_url] = template
+    return _templates[base_url]
+
+
+def _sqlite_copy(source: str, target: Path) -> None:
+    """SQLite's online backup: the whole database, whatever its WAL still holds."""
+    import sqlite3
+
+    src, dst = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
 
 
 def _postgres_database_drop(url: str) -> None:
@@ -93,15 +131,16 @@ class LiveEnvironment:
             self.env["REDIS_URL"] = redis_url
         self.postgres = base_db.startswith("postgres")
         self.scale_out = self.postgres and bool(redis_url)
-        if self.postgres:
-            self.env["DATABASE_URL"] = _postgres_database_new(base_db)
-        else:
-            self.env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'live.sqlite3'}"
         if redis_url:
             # A prefix of our own keeps parallel environments apart on one Redis.
             self.env["STEERBOARD_CHANNEL_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
         self.env.update(settings_env)
-        self.manage("migrate", "-v0")
+        # A copy of a database this test process migrated once (`migrate` costs seconds of CPU).
+        if self.postgres:
+            self.env["DATABASE_URL"] = _postgres_database_new(base_db, template=_migrated_template(self.env, base_db))
+        else:
+            self.env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'live.sqlite3'}"
+            _sqlite_copy(_migrated_template(self.env, ""), tmp_path / "live.sqlite3")
 
     def manage(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(
