@@ -30,6 +30,10 @@ if ! cmp -s tests/mcp_ts/package-lock.json tests/mcp_ts/node_modules/.installed-
 fi
 
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
+# Most tests wait on real processes (daphne, Chromium, PostgreSQL restarts), not on the
+# CPU: several pytest-xdist workers share the two cores, each test file on one worker.
+# STEERBOARD_TEST_WORKERS=0 runs everything in this process (pytest's own -n overrides).
+workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadfile)
 
 # Both runs need the services: the PostgreSQL run for everything, the embedded
 # run for the multi-process tests (tests/e2e/test_multiprocess.py makes its own
@@ -59,13 +63,13 @@ for backend in $backends; do
   case "$backend" in
     embedded)
       log "test suite on the embedded default (SQLite + in-memory channel layer)"
-      env -u DATABASE_URL -u REDIS_URL python3 -m pytest "$@" || status=$?
+      env -u DATABASE_URL -u REDIS_URL python3 -m pytest "${workers[@]}" "$@" || status=$?
       ;;
     postgres)
       log "test suite on PostgreSQL + Redis (channels_redis)"
       DATABASE_URL=${STEERBOARD_PG_URL:-postgres://postgres@127.0.0.1:5432/steerboard} \
       REDIS_URL=${STEERBOARD_REDIS_URL:-redis://127.0.0.1:6379/0} \
-        python3 -m pytest "$@" || status=$?
+        python3 -m pytest "${workers[@]}" "$@" || status=$?
       ;;
     *) echo "unknown backend $backend" >&2; exit 2 ;;
   esac
