@@ -1,15 +1,12 @@
 """What the benchmarks share: a run's servers and team on either backend
 (bench/harness.py), the same-run floor, percentiles, the load driver (the
-shipped SDK's sessions and ServerClient), and the operator's delivery audit.
+SDK's scripted wire sessions, agents.wire_agent, and REST sends), and the operator's delivery audit.
 
 Everything talks to 127.0.0.1 only, and every loop is bounded in count and time.
 """
 import asyncio
-import contextlib
 import json
-import logging
 import random
-import re
 import subprocess
 import sys
 import tempfile
@@ -17,11 +14,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import websockets
 
 from harness import ROOT, Environment, Server, free_port, provision  # noqa: F401  (ROOT: for the benches)
 
-from agents import AgentSession, ModelReply, ServerClient, ToolError  # noqa: E402
+from agents.wire_agent import WireAgent  # noqa: E402
 
 BACKENDS = ("embedded", "scale-out")
 
@@ -200,129 +198,70 @@ class Load:
     errors: int = 0
 
 
-STEER_LOGGED = re.compile(r"steer received: message (\S+) from")
-
-
-class Receiver:
-    """The model each bench session runs: it notes when each team message is first in its
-    conversation (its user_message entry is acknowledged before the model's step) and ends
-    the turn without a word."""
-
-    def __init__(self, fleet: "Fleet"):
-        self.fleet = fleet
-
-    async def step(self, context) -> ModelReply:
-        now = time.monotonic()
-        seen = self.fleet.in_conversation
-        for entry in context.turn_entries():
-            source = entry.get("source") or {}
-            if entry.get("kind") == "user_message" and source.get("kind") == "team-message":
-                seen.setdefault(source["message_id"], now)
-        return ModelReply()
-
-
-class SteerLog(logging.Handler):
-    """When each steer reached its session: the SDK's documented log line
-    (docs/agents.md, "-v": "steer received: message ID from SENDER (seq N)")."""
-
-    def __init__(self, fleet: "Fleet"):
-        super().__init__(logging.INFO)
-        self.fleet = fleet
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
-            print(f"  [agents] {record.getMessage()}", file=sys.stderr)
-            return
-        found = STEER_LOGGED.search(record.getMessage())
-        if found:
-            self.fleet.first_steer.setdefault(found.group(1), time.monotonic())
-
-
 class Fleet:
-    """N agent sessions of the shipped SDK (agents.AgentSession, one per member, spread over
-    the servers), and senders calling send_message over REST with the SDK's ServerClient."""
+    """N scripted sessions on the bare wire protocol (agents.wire_agent.WireAgent: one entry
+    per message, no turns, so what is measured is the server), spread over the servers, and
+    senders calling the REST tool send_message. A message counts as delivered when its
+    entry's ack arrives: the target's history durably holds it."""
 
     def __init__(self, bench: Bench, team: dict):
         self.bench = bench
         self.team = team
         self.names = sorted(team["members"], key=lambda n: int(n[1:]))
-        self.in_conversation: dict[str, float] = {}  # message id -> when its session's model first saw it
-        self.first_steer: dict[str, float] = {}  # message id -> when its first steer reached the session
-        urls = [s.url for s in bench.servers]
-        self.sessions = {
-            n: AgentSession(urls[i % len(urls)], team["members"][n], Receiver(self), resume=False)
+        urls = [s.ws_url for s in bench.servers]
+        self.agents = {
+            n: WireAgent(n, team["members"][n], urls[i % len(urls):] + urls[: i % len(urls)])
             for i, n in enumerate(self.names)
         }
-        self._tasks: dict[str, asyncio.Task] = {}
-        self._clients: dict[tuple[str, int], ServerClient] = {}
-        self._log = SteerLog(self)
-        logger = logging.getLogger("agents")
-        logger.addHandler(self._log)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+        self.http = [
+            httpx.AsyncClient(base_url=s.url, timeout=60, limits=httpx.Limits(max_connections=200, max_keepalive_connections=200))
+            for s in bench.servers
+        ]
 
     async def connect(self, timeout: float = 120, names: list[str] | None = None) -> None:
-        chosen = names or self.names
-        for name in chosen:
-            if name not in self._tasks:
-                self._tasks[name] = asyncio.create_task(self.sessions[name].run(), name=f"session-{name}")
+        chosen = [self.agents[n] for n in (names or self.names)]
+        for agent in chosen:
+            agent.start()
         deadline = time.monotonic() + timeout
-        while not all(self.sessions[n].connected.is_set() for n in chosen):
-            failed = [t for t in self._tasks.values() if t.done()]
-            if failed:
-                failed[0].result()  # raises what ended the session (e.g. a refused token)
+        while not all(a.welcomed.is_set() for a in chosen):
             if time.monotonic() > deadline:
                 raise RuntimeError("sessions did not all say hello")
             await asyncio.sleep(0.05)
 
     def connects(self) -> int:
-        return sum(s.stats["connects"] for s in self.sessions.values())
-
-    async def reconnect(self, timeout: float = 120) -> None:
-        """Every session drops its socket and says hello again."""
-        before = {n: s.stats["connects"] for n, s in self.sessions.items()}
-        for session in self.sessions.values():
-            session.drop_connection()
-        deadline = time.monotonic() + timeout
-        while not all(s.stats["connects"] > before[n] and s.connected.is_set() for n, s in self.sessions.items()):
-            if time.monotonic() > deadline:
-                raise RuntimeError("sessions did not all reconnect")
-            await asyncio.sleep(0.05)
-
-    def client(self, token: str, server: int) -> ServerClient:
-        key = (token, server % len(self.bench.servers))
-        if key not in self._clients:
-            self._clients[key] = ServerClient(self.bench.servers[key[1]].url, token)
-        return self._clients[key]
+        return sum(a.connects for a in self.agents.values())
 
     async def send(self, load: Load, sender_token: str, target: str, content: str, server: int = 0) -> None:
         t = time.monotonic()
         try:
-            # No idempotency key (the sender's hot path); the SDK repeats what got no answer.
-            body = await asyncio.wait_for(
-                self.client(sender_token, server).tool("send_message", {"target": target, "message": content}), 60)
-        except ToolError:
-            load.refused += 1
-            return
-        except asyncio.TimeoutError:
+            response = await self.http[server % len(self.http)].post(
+                "/api/v1/tools/send_message",
+                json={"target": target, "message": content},
+                headers={"Authorization": f"Bearer {sender_token}"},
+            )
+        except httpx.HTTPError:
             load.errors += 1
             return
+        if response.status_code != 200:
+            load.refused += 1
+            return
+        body = response.json()
         load.sent.append(Sent(body["message_id"], target, t, time.monotonic(), body["status"]))
 
     async def drain(self, load: Load, timeout: float) -> float:
-        """Wait until every sent message is in its session's conversation; answers when the last was."""
+        """Wait until every sent message is integrated and acknowledged; answers when the last was."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(s.message_id in self.in_conversation for s in load.sent):
+            if all(s.message_id in self.agents[s.target].acked_at for s in load.sent):
                 break
             await asyncio.sleep(0.1)
-        return max((self.in_conversation.get(s.message_id, 0.0) for s in load.sent), default=0.0)
+        return max((self.agents[s.target].acked_at.get(s.message_id, 0.0) for s in load.sent), default=0.0)
 
     def latencies(self, load: Load) -> tuple[list[float], list[float], int]:
         accepted, delivered, missing = [], [], 0
         for s in load.sent:
             accepted.append(s.t_answer - s.t_send)
-            done = self.in_conversation.get(s.message_id)
+            done = self.agents[s.target].acked_at.get(s.message_id)
             if done is None:
                 missing += 1
             else:
@@ -330,25 +269,22 @@ class Fleet:
         return accepted, delivered, missing
 
     def stages(self, load: Load) -> dict[str, list[float]]:
-        """Where send→delivered goes: until the session got the steer, then until its model saw
-        the message in the conversation (held for an earlier seq or a running turn, the entry's ack)."""
-        stages = {"send→steer received": [], "steer→in conversation": []}
+        """Where send→delivered goes: until the session first saw the steer, held
+        there for an earlier seq, then its entry's round trip to the ack."""
+        stages = {"send→first steer": [], "steer→entry sent": [], "entry sent→ack": []}
         for s in load.sent:
-            marks = [s.t_send, self.first_steer.get(s.message_id), self.in_conversation.get(s.message_id)]
+            agent = self.agents[s.target]
+            marks = [s.t_send, agent.first_seen.get(s.message_id), agent.entry_sent_at.get(s.message_id),
+                     agent.acked_at.get(s.message_id)]
             for values, start, end in zip(stages.values(), marks, marks[1:]):
                 if start is not None and end is not None:
                     values.append(end - start)
         return stages
 
     async def close(self) -> None:
-        for session in self.sessions.values():
-            await session.stop()
-        for task in self._tasks.values():
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, 10)
-        for client in self._clients.values():
+        await asyncio.gather(*(a.stop() for a in self.agents.values()))
+        for client in self.http:
             await client.aclose()
-        logging.getLogger("agents").removeHandler(self._log)
 
 
 async def open_loop(fleet: Fleet, load: Load, *, rate: float, duration: float, senders: list[str] | None = None) -> None:

@@ -6,9 +6,9 @@ most delivered messages per second sustained with zero loss.
 
 Beside each latency: the floor measured in the same run (a raw `websockets`
 echo round trip + one durable commit on the same database) and the ratio.
-The sessions are the shipped SDK's (agents.AgentSession): a message counts as
-delivered when its session's model first sees it in the conversation (its
-user_message entry acknowledged, after the turn_start of the turn it starts).
+The sessions are the SDK's scripted wire sessions (agents.wire_agent: one
+entry per message, no model), so what is measured is the server: a message
+counts as delivered when its entry's ack arrives.
 """
 import argparse
 import asyncio

@@ -1,4 +1,4 @@
-"""Load and soak: N agent sessions of the shipped SDK (agents.AgentSession)
+"""Load and soak: N scripted wire sessions of the SDK (agents.wire_agent)
 exchange M messages sent over REST with random disconnects and reconnects; then
 the operator's check (`manage.py delivery_audit TEAM --all-delivered`) proves
 zero loss, zero duplicates, per-target order and one delivered record each,
@@ -36,7 +36,7 @@ async def run(args) -> int:
             nonlocal drops
             while not stop.is_set():
                 await asyncio.sleep(rng.expovariate(1 / args.drop_every))
-                fleet.sessions[rng.choice(names)].drop_connection()
+                fleet.agents[rng.choice(names)].drop()
                 drops += 1
 
         counter = iter(range(args.messages))
@@ -80,7 +80,7 @@ async def run(args) -> int:
             print(f"  {label:<22}p50 {ms(pct(values, 50))}  p95 {ms(pct(values, 95))}  p99 {ms(pct(values, 99))}")
         print(f"  checker (manage.py delivery_audit): {'OK' if ok and not missing else 'FAILED'}: "
               f"{audit_summary(audit) if 'messages' in audit else audit}; "
-              f"{missing} sent messages never in their session's conversation")
+              f"{missing} sent messages not acknowledged by their session")
         if audit.get("examples"):
             print(f"  examples: {audit['examples']}")
         await fleet.close()
