@@ -329,12 +329,4 @@ def audit_line(bench: Bench) -> str:
     audit = bench.audit()
     if "ok" not in audit:
         return f"audit FAILED: {audit}"
-    verdict = "OK" if audit["ok"] else "FAILED"
-    return f"audit {verdict} (manage.py delivery_audit): {audit_summary(audit)}"
-
-
-def audit_summary(audit: dict) -> str:
-    return (f"{audit['messages']} messages, {audit['delivered']} delivered, {audit['undelivered']} not; missing "
-            f"{audit['missing_from_history']}, duplicated {audit['duplicated_in_history']}, delivered-record errors "
-            f"{audit['delivered_records_wrong']}, targets out of order {audit['out_of_order_targets']}, entries in the "
-            f"wrong history {audit['foreign_entries']}")
+    return f"audit {audit['summary']} (manage.py delivery_audit)"
