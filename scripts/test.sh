@@ -30,8 +30,8 @@ if ! cmp -s tests/mcp_ts/package-lock.json tests/mcp_ts/node_modules/.installed-
 fi
 
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
-# Most tests wait on real processes (daphne, Chromium, PostgreSQL restarts), not on the
-# CPU: several pytest-xdist workers share the two cores, each test file on one worker.
+# Many tests wait on real processes (daphne starts, Chromium, PostgreSQL restarts): four
+# pytest-xdist workers overlap those waits and keep both cores busy.
 # STEERBOARD_TEST_WORKERS=0 runs everything in this process (pytest's own -n overrides).
 workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadfile)
 
