@@ -32,7 +32,18 @@ class _TeamWatch:
     def __init__(self, team_id: int):
         self.team_id = team_id
         self.waiters: set[asyncio.Event] = set()
+        self.closing = False
+        self.receiving = False
         self.task = asyncio.ensure_future(self._listen())
+
+    def close(self) -> None:
+        """Stop listening. Only a listener that is receiving is cancelled: a cancel that
+        lands while it subscribes can be lost inside the Redis client, and the listener
+        then waits on its channel for good (and its event loop cannot close). One that
+        is still subscribing sees ``closing`` when it gets there and stops itself."""
+        self.closing = True
+        if self.receiving:
+            self.task.cancel()
 
     def wake_all(self) -> None:
         for waiter in self.waiters:
@@ -41,15 +52,18 @@ class _TeamWatch:
     async def _listen(self) -> None:
         layer = get_channel_layer()
         group = events.dashboard_group(self.team_id)
-        while True:
+        while not self.closing:
             channel = None
             try:
                 channel = await layer.new_channel("wait.")
                 await layer.group_add(group, channel)
+                self.receiving = True
+                if self.closing:  # closed while subscribing: leave as a cancelled receive leaves
+                    self.task.cancel()
                 # Subscribed: anything that happened before is caught by the waiters' own reads.
                 self.wake_all()
                 while True:
-                    await layer.receive(channel)
+                    await layer.receive(channel)  # a cancel here unsubscribes the channel
                     self.wake_all()
             except asyncio.CancelledError:
                 if channel is not None:
@@ -58,6 +72,7 @@ class _TeamWatch:
                 raise
             except Exception:
                 # The layer went away: the waiters look at the database, and this subscribes again.
+                self.receiving = False
                 log.warning("wait_agent lost the doorbells of team %s; subscribing again", self.team_id)
                 self.wake_all()
                 await asyncio.sleep(1.0)
@@ -104,4 +119,4 @@ async def team_rings(*, team_id: int) -> AsyncIterator[asyncio.Event]:
         watch.waiters.discard(event)
         if not watch.waiters and _watches.get(key) is watch:
             del _watches[key]
-            watch.task.cancel()
+            watch.close()
