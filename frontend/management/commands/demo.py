@@ -6,7 +6,7 @@ keyless model, then prints the dashboard URL and the login, and waits until a
 browser opens that team page (``--no-wait`` skips the wait). Only then does it
 ask the Lead, by a human prompt, to run the team workflow (the server asks the
 host to resume the Lead for it, and the Lead spawns its teammates through the
-same host). The keyless model waits ``--step-delay`` seconds (default 1) before
+same host). The keyless model waits ``--step-delay`` seconds (default 1.5) before
 each step, so a person sees the messages and the task board move.
 
 Each run creates a new team ``demo-<time>``; ``--team NAME`` uses that team
