@@ -1,7 +1,8 @@
 """The console's pages without a browser: the trace page, the team messages page and its
 filters, the old member-messages URL, Needs attention in the snapshot and on the team list."""
 import json
-from datetime import timedelta
+import re
+from datetime import UTC, timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -9,9 +10,10 @@ from django.utils import timezone
 
 from frontend import attention, selectors
 from mailbox import delivery
-from mailbox.models import MessageState, TeamMessage
+from mailbox.models import LeadLogRecord, LogKind, MessageState, TeamMessage
 from teams import services as team_services
 from teams.models import Member, Phase
+from teams.wire_format import iso
 
 pytestmark = pytest.mark.django_db
 
@@ -26,16 +28,54 @@ def _viewer(client):
     client.force_login(User.objects.create_user("watcher", password="pw"))
 
 
+def _ages(html: str) -> list[tuple[str, str, str, str]]:
+    """Each relative age (``{% age %}``) in ``html``: (datetime, title, data-ago, text)."""
+    return re.findall(r'<time datetime="([^"]+)" title="([^"]+)" data-ago="([^"]+)">([^<]*)</time>', html)
+
+
+def _event_rows(html: str) -> dict[str, str]:
+    """The trace's rows in order, by event kind."""
+    return dict(re.findall(r'<tr data-event="(\w+)"(.*?)</tr>', html, re.S))
+
+
 def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
     team, lead, coder = _team()
     message, _ = delivery.message_send(sender=lead, target_name="coder", content="parse **it**")
+    # The queued record two minutes back: its row reads "2 min ago", the exact time on hover.
+    queued_at = timezone.now() - timedelta(seconds=125)
+    LeadLogRecord.objects.filter(message_id=message.id, kind=LogKind.MESSAGE_QUEUED).update(created_at=queued_at)
     _viewer(client)
     page = client.get(f"/teams/alpha/messages/{message.id}/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert html.index('data-event="queued"') < html.index('data-event="failed"')
-    assert "no host" in html and "<strong>it</strong>" in html
+    rows = _event_rows(html)
+    assert list(rows) == ["queued", "failed"]
+    assert "no host" in rows["failed"] and "<strong>it</strong>" in html
     assert 'data-delivered-by=""' in html
+    exact = queued_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert _ages(rows["queued"]) == [(iso(queued_at), exact, "{ago}", "2 min ago")]
+    [(_, _, template, text)] = _ages(rows["failed"])
+    assert template == "{ago}" and text in ("just now", "1 s ago")
+    # The time since the previous event stays in exact seconds.
+    assert re.findall(r'data-since-previous="([\d.]*)"', html)[0] == ""
+    since = re.search(r'data-since-previous="([\d.]+)">\+[\d.]+ s<', rows["failed"]).group(1)
+    assert float(since) == pytest.approx(125, abs=1)
+
+    # Delivered: the entry that carries it has an age too, never a raw ISO time.
+    delivery.entry_record(member=coder, entry={"id": "t1", "kind": "turn_start", "turn_id": "turn-1"})
+    delivery.entry_record(member=coder, entry={
+        "id": "m1", "kind": "user_message", "text": "parse it",
+        "source": {"kind": "team-message", "message_id": message.id, "sender": "lead"},
+    })
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    rows = _event_rows(html)
+    assert list(rows) == ["queued", "failed", "delivered"]
+    assert [[t[2] for t in _ages(row)] for row in rows.values()] == [["{ago}"]] * 3  # one age a row
+    by = re.search(r'<p data-delivered-by="m1">.*?</p>', html, re.S).group(0)
+    [(at, title, template, text)] = _ages(by)
+    assert template == "entered {ago}" and text in ("entered just now", "entered 1 s ago")
+    assert title.endswith(" UTC") and at.endswith("Z") and at not in re.sub(r"<[^>]+>", "", by)
+    assert 'data-turn-id="turn-1"' in by
     assert client.get("/teams/alpha/messages/team-message-nope/").status_code == 404
 
 
