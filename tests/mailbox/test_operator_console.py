@@ -5,7 +5,8 @@ from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
 from mailbox import recovery
-from mailbox.models import LeadLogRecord, TeamMessage
+from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from teams.models import Member, Phase
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,6 +141,43 @@ async def test_a_failed_admission_counts_and_its_error_clears_once_the_message_m
     assert [e["kind"] for e in trace["events"]] == ["queued", "failed", "accepted"]
     assert "injected" in trace["events"][1]["error"]  # the trace keeps it
     await agent.close()
+
+
+@database_sync_to_async
+def counters(message_id: str) -> dict:
+    row = TeamMessage.objects.values("state", "attempts", "failures", "repushes", "last_error").get(pk=message_id)
+    failed = LeadLogRecord.objects.filter(message_id=message_id, kind=LogKind.MESSAGE_FAILED).order_by("id")
+    return {**row, "failed": [(r["error"], r["waiting"]) for r in failed.values_list("data", flat=True)]}
+
+
+async def test_sweeps_over_a_message_that_only_waits_count_nothing_and_log_only_a_new_reason(api):
+    # Issue 14's "26 attempts for a message that only waited": a target with no session and
+    # no host makes every sweep's admission a wait, which is neither an attempt nor a failure.
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "coder")
+    sent = await api.ok(team["lead"], "send_message", target="coder", message="wait for it")
+    mid = sent["message_id"]
+    first = await counters(mid)
+    assert first["state"] == "queued" and "provisioning and no host" in first["last_error"]
+    assert len(first["failed"]) == 1 and first["failed"][0][1] is True  # a waiting observation
+    for _ in range(5):
+        await database_sync_to_async(recovery.messages_recover)()
+    assert await counters(mid) == first  # nothing counted, nothing logged: the reason did not change
+
+    # The reason changes (its session came and went: now inactive): one new observation, still no count.
+    await database_sync_to_async(
+        lambda: Member.objects.filter(team__name="alpha", name="coder").update(phase=Phase.ACTIVE)
+    )()
+    for _ in range(5):
+        await database_sync_to_async(recovery.messages_recover)()
+    now = await counters(mid)
+    assert (now["state"], now["attempts"], now["failures"], now["repushes"]) == ("queued", 0, 0, 0)
+    assert "inactive and no host" in now["last_error"]
+    assert [waiting for _, waiting in now["failed"]] == [True, True] and now["failed"][1][0] == now["last_error"]
+    ops = await person("ops", operator=True)
+    trace = (await api.http.get(f"/api/v1/teams/alpha/messages/{mid}", headers=ops)).json()
+    assert [e["kind"] for e in trace["events"]] == ["queued", "failed", "failed"]
+    assert (trace["attempts"], trace["failures"]) == (0, 0)
 
 
 async def test_team_retry_retries_the_selection_and_refuses_viewers(api):
