@@ -99,7 +99,7 @@ def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to:
                 f"No member named {target_name!r} on this team; list_agents shows the roster.",
                 persisted=False,
             )
-        _refuse_phase(target)
+        refuse_phase(target)
         # state IN (...) rather than != delivered: an index range over the pending few, not the whole inbox.
         pending = TeamMessage.objects.filter(target=target, state__in=_PENDING).count()
         if pending >= settings.STEERBOARD["MAX_PENDING_PER_TARGET"]:
@@ -131,8 +131,9 @@ def spawn_prompt_enqueue(*, lead: Member, teammate: Member, prompt: str) -> Team
     return _message_store(sender=lead, target=teammate, content=prompt, kind=MessageKind.SPAWN_PROMPT)
 
 
-def _refuse_phase(target: Member) -> None:
-    """A retired or failed member takes no messages (nothing is stored)."""
+def refuse_phase(target: Member) -> None:
+    """A retired or failed member takes no messages (nothing is stored): raises the refusal
+    both send paths give (this module's and the hot path's, mailbox/hot_path.py)."""
     if target.phase == Phase.RETIRED:
         raise TeamError(
             ErrorCode.TEAM_TARGET_RETIRED, f"{target.name} is retired and takes no messages.", persisted=False

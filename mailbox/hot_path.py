@@ -20,7 +20,7 @@ from django.db import connection
 from mailbox import events, faults, sqlcount
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer
-from mailbox.delivery import _refuse_phase, message_admit_enqueued, message_validate
+from mailbox.delivery import message_admit_enqueued, message_validate, refuse_phase
 from mailbox.models import (
     HistoryEntry,
     HostPresence,
@@ -318,7 +318,7 @@ def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
             f"No member named {target_name!r} on this team; list_agents shows the roster.",
             persisted=False,
         )
-    _refuse_phase(Member(name=target_name, phase=row[1]))
+    refuse_phase(Member(name=target_name, phase=row[1]))
     cursor.execute(sql.target_pending, [row[0]])
     pending = cursor.fetchone()[0]
     raise TeamError(
