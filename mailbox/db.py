@@ -29,7 +29,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from mailbox import outage
+from mailbox import hot_sql, outage
+from mailbox.writer import Writer
 
 _executors: dict[str, ThreadPoolExecutor] = {}
 _sizes: dict[str, int] = {}  # threads per executor, for close_all
@@ -73,15 +74,12 @@ def _pool_is_writer() -> bool:
 
 
 def _writer_new():
-    from mailbox import hot_path
-    from mailbox.writer import Writer
-
     return Writer(
         "steerboard-db-writer",
-        log_flush=hot_path.log_rows_flush,
+        log_flush=hot_sql.log_rows_flush,
         after_call=_keep_connections,
-        pipeline=hot_path.jobs_piped,
-        transaction_of=hot_path.hot_transaction,
+        pipeline=hot_sql.jobs_piped,
+        transaction_of=hot_sql.hot_transaction,
     )
 
 

@@ -15,7 +15,7 @@ they update, and hold those locks briefly; answers and pushes still follow
 submission order.
 
 A batch's transaction is the driver's own BEGIN/COMMIT on the thread's
-connection (``hot_path.hot_transaction``): nothing in a job uses the ORM, and
+connection (``hot_sql.hot_transaction``): nothing in a job uses the ORM, and
 Django's atomic() bookkeeping cost as much as an empty SQLite commit ten times.
 
 A job that refuses (``TeamError``) wrote nothing, and its neighbours commit. Any
