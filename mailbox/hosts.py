@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import events, faults
+from mailbox import auth, events, faults
 from mailbox.models import HostPresence
 from teams.models import Member, Phase, SessionState, Status
 from teams.tokens import start_token_create
@@ -31,8 +31,6 @@ def start_request(*, member: Member, reason: str) -> None:
     revokes the member's earlier start token, teams/tokens.py)."""
     token, revoked = start_token_create(member=member)
     if revoked:
-        from mailbox import auth
-
         transaction.on_commit(lambda: auth.forget(revoked))
     faults.inject("resume")
     events.send_now(
