@@ -9,8 +9,8 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import delivery
-from mailbox.models import LeadLogRecord, LogKind, MessageState, TeamMessage
+from mailbox import delivery, queue_adapter
+from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
 from teams.models import Member, Phase
 from teams.wire_format import iso
@@ -124,3 +124,36 @@ def test_needs_attention_lists_stuck_messages_failed_members_and_the_team_list_c
     page = client.get("/").content.decode()
     embedded = json.loads(page.split('<script id="teams-data" type="application/json">')[1].split("</script>")[0])
     assert embedded[0]["attention"] == 2
+
+
+def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
+    team, lead, coder = _team()
+    alice = User.objects.create_user("alice", password="pw")
+    # The coder has no session and the team no host: the prompts stay queued.
+    waiting = queue_adapter.prompt_submit(team_id=team.pk, target_name="coder", author=alice, content="Status?")
+    fresh = queue_adapter.prompt_submit(team_id=team.pk, target_name="coder", author=alice, content="And then?")
+    HumanPrompt.objects.filter(pk=waiting.pk).update(created_at=timezone.now() - timedelta(seconds=90))
+    assert HumanPrompt.objects.get(pk=waiting.pk).state == PromptState.QUEUED
+
+    found = attention.team_attention(team=team)
+    prompts = [i for i in found["items"] if i["kind"] == "prompt"]
+    assert [i["prompt_id"] for i in prompts] == [waiting.id]  # the fresh one has not waited long enough
+    [item] = prompts
+    assert (item["member"], item["author"], item["error"]) == ("coder", "alice", "")
+    assert item["seconds"] >= 89 and item["since"] == iso(HumanPrompt.objects.get(pk=waiting.pk).created_at)
+    fresh_due = HumanPrompt.objects.get(pk=fresh.pk).created_at + timedelta(seconds=5)
+    assert found["due_at"] == iso(fresh_due)  # the page reads again when the fresh one crosses it
+    # A prompt waiting that long also makes its member, with no session and no host, unreachable.
+    assert {(i["kind"], i["member"]) for i in found["items"]} == {("prompt", "coder"), ("member", "coder")}
+
+    _viewer(client)
+    [summary] = client.get("/teams.json").json()["teams"]
+    assert summary["attention"] == 1  # the team list counts the prompt (not the unreachable member)
+    page = client.get("/teams/alpha/").content.decode()
+    snapshot = json.loads(page.split('<script id="snapshot" type="application/json">')[1].split("</script>")[0])
+    assert [i.get("prompt_id") for i in snapshot["attention"]["items"] if i["kind"] == "prompt"] == [waiting.id]
+
+    # Once the member takes it (its prompt turn started), it no longer waits.
+    HumanPrompt.objects.filter(pk__in=[waiting.pk, fresh.pk]).update(state=PromptState.STARTED)
+    assert not [i for i in attention.team_attention(team=team)["items"] if i["kind"] == "prompt"]

@@ -31,9 +31,14 @@ async function retry(button, url) {
 }
 
 function attentionItem(item, canAct) {
-  const trace = item.message_id
-    ? h("a", { href: teamPath("messages", item.message_id), class: "small", "data-trace-link": item.message_id }, "open trace")
-    : null;
+  // Where to look next: a message's trace; for a prompt, its member's lane, which lists the prompts waiting.
+  let link = null;
+  if (item.message_id) {
+    link = h("a", { href: teamPath("messages", item.message_id), class: "small", "data-trace-link": item.message_id }, "open trace");
+  } else if (item.kind === "prompt") {
+    link = h("a", { href: `#lane-${item.member}`, class: "small", "data-lane-link": item.member,
+      "aria-label": `Show ${item.member}'s lane and its prompts` }, "show in lane");
+  }
   let what;
   let action = null;
   if (item.kind === "message") {
@@ -62,7 +67,7 @@ function attentionItem(item, canAct) {
   },
   h("span", { class: "attention-what" }, what),
   item.error ? h("div", { class: "last-error small", role: "note", "data-last-error": "" }, item.error) : null,
-  h("span", { class: "attention-actions" }, action, trace));
+  h("span", { class: "attention-actions" }, action, link));
 }
 
 let attentionKey = "";
