@@ -20,6 +20,7 @@ rings a second, not three per message.
 """
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from asgiref.sync import async_to_sync
@@ -152,6 +153,17 @@ def _layer_down(exc: BaseException) -> bool:
 # --- after Redis comes back ------------------------------------------------------------------
 _recovery: asyncio.Task | None = None
 _recovery_again = False
+# What rings the sessions' doorbells again from the database: ``ring(channels=[...])`` admits
+# again the undelivered messages of the members those channels speak for and answers how many
+# members. Recovery's (mailbox/recovery.py), registered by mailbox/apps.py: delivery and
+# recovery publish through this module, so it is handed the function, it does not import them.
+_ring_again: Callable[..., int] | None = None
+
+
+def ring_again_with(ring: Callable[..., int]) -> None:
+    """Register what ``redis_recovered`` runs on a database thread (see ``_ring_again``)."""
+    global _ring_again
+    _ring_again = ring
 
 
 def redis_recovered() -> None:
@@ -177,7 +189,9 @@ async def _recovery_run() -> None:
         channels = set(_local) | _unrung
         _unrung.difference_update(channels)
         try:
-            count = await db.to_db_thread(sessions_ring_again)(channels=sorted(channels))
+            if _ring_again is None:
+                raise RuntimeError("nothing registered to ring sessions again (events.ring_again_with)")
+            count = await db.to_db_thread(_ring_again)(channels=sorted(channels))
             log.info("after Redis came back: rang again %d sessions' undelivered messages", count)
         except Exception as exc:
             if outage.unavailable(exc) is None:
@@ -185,20 +199,6 @@ async def _recovery_run() -> None:
             _unrung.update(channels)
         if not _recovery_again:
             return
-
-
-def sessions_ring_again(*, channels: list[str]) -> int:
-    """Admit again (redeliver) every queued or accepted message of the members whose
-    current session is one of ``channels``, in seq order per member."""
-    from mailbox import delivery
-    from teams.models import Member
-
-    if not channels:
-        return 0
-    members = sorted(Member.objects.filter(session_channel__in=channels).values_list("pk", flat=True))
-    for member_id in members:
-        delivery.target_admit(target_id=member_id, redeliver=True)
-    return len(members)
 
 
 outage.redis.on_back(redis_recovered)

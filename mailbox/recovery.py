@@ -12,7 +12,9 @@ every ``SWEEP_INTERVAL`` and by ``manage.py sweep``:
    accepted and not delivered for ``REDELIVER_AFTER`` (backing off), and ask
    hosts to start members that wait for a provision or a prompt.
 
-``host_arrived`` runs the same for one team when a host connects. Every step
+``host_arrived`` runs the same for one team when a host connects, and
+``sessions_ring_again`` for the sessions this process holds when Redis comes
+back (mailbox/events.py runs it; mailbox/apps.py registers it). Every step
 goes through the transitions of mailbox/delivery.py; each is idempotent, so
 several processes may recover at once.
 """
@@ -112,6 +114,18 @@ def messages_recover() -> dict:
     provisioned = hosts.members_start_pending()
     resumed = sum(hosts.member_start(member_id=m) for m in selectors.members_awaiting_prompt())
     return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed}
+
+
+def sessions_ring_again(*, channels: list[str]) -> int:
+    """Admit again (redeliver) every queued or accepted message of the members whose
+    current session is one of ``channels``, in seq order per member: after Redis came
+    back, for the doorbells those sessions may have missed (``events.redis_recovered``)."""
+    if not channels:
+        return 0
+    members = sorted(Member.objects.filter(session_channel__in=channels).values_list("pk", flat=True))
+    for member_id in members:
+        target_admit(target_id=member_id, redeliver=True)
+    return len(members)
 
 
 def presence_reap() -> dict:

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from mailbox import delivery, events
+from mailbox import delivery, events, recovery
 from mailbox.models import TeamMessage
 from teams.models import SessionState
 from teams.services import member_session_set, member_spawn, team_create
@@ -119,7 +119,7 @@ async def test_ringing_sessions_again_pushes_their_undelivered_messages_again_in
     sent = await sync_to_async(setup)()
     assert [(await _next(layer, channel))["message"]["id"] for _ in sent] == sent  # the first pushes
 
-    ring_again = sync_to_async(events.sessions_ring_again)
+    ring_again = sync_to_async(recovery.sessions_ring_again)
     assert await ring_again(channels=[]) == 0
     assert await ring_again(channels=[channel, "a-channel-nobody-has"]) == 1
     again = [await _next(layer, channel) for _ in sent]
