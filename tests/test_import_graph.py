@@ -1,0 +1,168 @@
+"""The project's modules import one another without a circle.
+
+Every ``import`` counts, at module level or inside a function (a lazy import
+still ties the two modules together), read from the source with ``ast``:
+nothing is imported to build the graph. ``from pkg import name`` is an edge to
+``pkg.name`` when that is a module of the project, else to ``pkg`` (its
+``__init__``). A package's own ``__init__`` is not an edge of every import of
+one of its submodules (Python runs it first, but it is not a dependency the
+importing module chose).
+"""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("accounts", "agents", "config", "delegation", "frontend", "mailbox", "teams")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
+    """The project modules one module's source imports, anywhere in it."""
+    out: set[str] = set()
+
+    def add(name: str) -> None:
+        # ``import a.b.c`` or a name inside a module: the longest prefix that is a project module.
+        parts = name.split(".")
+        while parts:
+            candidate = ".".join(parts)
+            if candidate in modules:
+                out.add(candidate)
+                return
+            parts.pop()
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                if submodule in modules:
+                    out.add(submodule)
+                else:
+                    add(base)
+    out.discard(module)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {
+        name: _imported(ast.parse(path.read_text(), str(path)), name, path.name == "__init__.py", modules)
+        for name, path in modules.items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[dict]:
+    """Each strongly connected group of modules (Tarjan), with one circle through it:
+    ``{"modules": [...], "circle": [start, ..., start]}``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+
+    found = []
+    for group in groups:
+        start = min(group)
+        found.append({"modules": sorted(group), "circle": _shortest_circle(graph, group, start)})
+    return found
+
+
+def _shortest_circle(graph: dict[str, set[str]], group: set[str], start: str) -> list[str]:
+    """The shortest way from ``start`` back to itself inside ``group`` (breadth first)."""
+    previous: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue:
+        current = queue.pop(0)
+        for nxt in sorted(graph[current] & group):
+            if nxt == start:
+                path = [current]
+                while previous[path[-1]] is not None:
+                    path.append(previous[path[-1]])
+                return path[::-1] + [start]
+            if nxt not in previous:
+                previous[nxt] = current
+                queue.append(nxt)
+    raise AssertionError(f"{start} is on no circle of its group")  # a group is strongly connected
+
+
+def test_the_graph_sees_lazy_imports_submodules_and_relative_imports():
+    source = (
+        "from mailbox.models import TeamMessage\n"
+        "def f():\n"
+        "    from mailbox import delivery, outage\n"
+        "    import teams.models\n"
+        "    from . import db\n"
+    )
+    modules = dict.fromkeys(["mailbox", "mailbox.delivery", "mailbox.db", "mailbox.models", "mailbox.x", "teams.models"])
+    # ``outage`` is no module here: the edge is to the package it was imported from
+    assert _imported(ast.parse(source), "mailbox.x", False, modules) == {
+        "mailbox.models", "mailbox.delivery", "mailbox", "teams.models", "mailbox.db"
+    }
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        {"modules": ["a", "b", "c"], "circle": ["a", "b", "c", "a"]}
+    ]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_among_project_modules():
+    graph = import_graph()
+    assert "mailbox.delivery" in graph and graph["mailbox.delivery"], "the graph found no imports: is ROOT right?"
+    found = cycles(graph)
+    report = "\n".join(
+        f"circle: {' -> '.join(each['circle'])}\n  all of: {', '.join(each['modules'])}\n"
+        + "".join(
+            f"  {module} imports {', '.join(sorted(graph[module] & set(each['modules'])))}\n"
+            for module in each["modules"]
+        )
+        for each in found
+    )
+    if found:
+        print(report)
+    assert not found, "import circles among project modules:\n" + report
