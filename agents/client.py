@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+
+from agents.crash import CrashPoints
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ TEAM_TOOLS = (
 )
 
 
-_answers_seen: dict[str, int] = {}
+_crashes = CrashPoints("STEERBOARD_AGENTS_CRASH_AT")
 
 
 def crash_point(tool: str) -> None:
@@ -48,16 +49,8 @@ def crash_point(tool: str) -> None:
     ``STEERBOARD_AGENTS_CRASH_AT=<tool>`` or ``<tool>:N`` in its environment the
     process ends at once (``os._exit``, as ``kill -9``: every session it runs goes
     with it) when the Nth successful answer to that tool arrives, before the
-    session writes the result to its history."""
-    spec = os.environ.get("STEERBOARD_AGENTS_CRASH_AT")
-    if not spec:
-        return
-    name, _, nth = spec.partition(":")
-    if name != tool:
-        return
-    _answers_seen[tool] = _answers_seen.get(tool, 0) + 1
-    if _answers_seen[tool] >= int(nth or 1):
-        os._exit(137)
+    session writes the result to its history (agents/crash.py)."""
+    _crashes.reached(tool)
 
 
 class ToolError(Exception):

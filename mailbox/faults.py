@@ -11,8 +11,9 @@ Two kinds:
   ``after_entry``, ``mid_recovery``, and ``after_task_commit`` (a task created
   and committed, its answer not sent: a kill at a known point of a workflow).
 """
-import os
 import threading
+
+from agents.crash import CrashPoints
 
 
 class TemporaryDeliveryError(Exception):
@@ -21,7 +22,7 @@ class TemporaryDeliveryError(Exception):
 
 _lock = threading.Lock()
 _armed: dict[str, int] = {}
-_crash_counts: dict[str, int] = {}
+_crashes = CrashPoints("STEERBOARD_CRASH_AT", exit_code_env="STEERBOARD_CRASH_EXIT_CODE")
 
 
 def arm(point: str, times: int = 1) -> None:
@@ -49,14 +50,6 @@ def inject(point: str) -> None:
 
 
 def crash_point(name: str) -> None:
-    spec = os.environ.get("STEERBOARD_CRASH_AT")
-    if not spec:
-        return
-    point, _, nth = spec.partition(":")
-    if point != name:
-        return
-    with _lock:
-        _crash_counts[name] = _crash_counts.get(name, 0) + 1
-        count = _crash_counts[name]
-    if count >= int(nth or 1):
-        os._exit(int(os.environ.get("STEERBOARD_CRASH_EXIT_CODE", "137")))
+    """End the process here when ``STEERBOARD_CRASH_AT`` names this point (the module's docstring;
+    the counting is agents/crash.py's, shared with the SDK's own crash points)."""
+    _crashes.reached(name)
