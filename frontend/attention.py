@@ -41,7 +41,7 @@ def team_attention(*, team: Team) -> dict:
     roster = list(Member.objects.filter(team=team).order_by("id"))
     by_id = {m.pk: m for m in roster}
     # Ordered by state first and joined to nothing: SQLite then reads the pending few through
-    # the (state, queued_at) index (recovery_sweep's way); otherwise it walked the team's
+    # the (state, queued_at) index (recovery.messages_recover's way); otherwise it walked the team's
     # whole history through (team, -queued_at).
     pending = list(
         TeamMessage.objects.filter(team=team, state__in=[MessageState.QUEUED, MessageState.ACCEPTED]).order_by(
@@ -146,7 +146,7 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     stale = now - timedelta(seconds=threshold())
     counts = dict.fromkeys(team_ids, 0)
     # The pending few through the (state, queued_at) index (ordered by state first, as
-    # recovery_sweep reads them), counted here: by team, SQLite walked every old message.
+    # recovery.messages_recover reads them), counted here: by team, SQLite walked every old message.
     pending = (
         TeamMessage.objects.filter(team_id__in=team_ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
         .order_by("state", "queued_at")

@@ -193,7 +193,7 @@ def messages_undelivered(*, team: Team, **filters) -> list[TeamMessage]:
     """The queued and accepted messages that match ``filters`` (a team retry's selection), oldest first."""
     roster = roster_of(team=team)
     qs = messages_matching(team=team, roster=roster, pending=True, **filters)
-    # Ordered by state first: SQLite then walks the (state, queued_at) index (recovery_sweep's way).
+    # Ordered by state first: SQLite then walks the (state, queued_at) index (recovery.messages_recover's way).
     rows = list(qs.order_by("state", "queued_at")[:RETRY_WINDOW])
     rows.sort(key=lambda m: m.queued_at)
     return _with_members(rows, roster)
