@@ -140,7 +140,9 @@ def test_the_graph_sees_lazy_imports_submodules_and_relative_imports():
         "    import teams.models\n"
         "    from . import db\n"
     )
-    modules = dict.fromkeys(["mailbox", "mailbox.delivery", "mailbox.db", "mailbox.models", "mailbox.x", "teams.models"])
+    modules = dict.fromkeys(
+        ["mailbox", "mailbox.delivery", "mailbox.db", "mailbox.models", "mailbox.x", "teams.models"]
+    )
     # ``outage`` is no module here: the edge is to the package it was imported from
     assert _imported(ast.parse(source), "mailbox.x", False, modules) == {
         "mailbox.models", "mailbox.delivery", "mailbox", "teams.models", "mailbox.db"
