@@ -44,7 +44,7 @@ class TeamMessage(models.Model):
     seq = models.PositiveBigIntegerField()
     thread_id = models.CharField(max_length=64, blank=True, default="")
     reply_to = models.CharField(max_length=64, blank=True, default="")
-    # A database default too: the hot path's INSERT (mailbox/hot_path.py) leaves it out.
+    # A database default too: the hot path's INSERT (mailbox/hot_sql.py) leaves it out.
     kind = models.CharField(
         max_length=16, choices=MessageKind.choices, default=MessageKind.MESSAGE, db_default=MessageKind.MESSAGE
     )

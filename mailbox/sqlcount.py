@@ -39,7 +39,7 @@ def commit_run() -> None:
 
 
 def statement_run(*, in_transaction: bool) -> None:
-    """For statements run on the driver's cursor (mailbox/hot_path.py), which Django does not see."""
+    """For statements run on the driver's cursor (mailbox/hot_sql.py), which Django does not see."""
     _add("statements")
     if not in_transaction:
         _add("autocommit_statements")
