@@ -5,7 +5,7 @@ import httpx
 import pytest
 from a2a.client import A2AClientError, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
 from tests.agents.support import Team
 from tests.delegation.support import (
@@ -86,32 +86,62 @@ async def test_refused_callers_get_nothing(live_env, daphne_server):
     other = live_env.team_create("other")
     token = credential(team, "outsider")
     viewer = live_env.operator_create("watcher", viewer=True)["token"]
+    elsewhere = live_env.manage_json("a2a_credential", "elsewhere", "--team", "other")["token"]
     url = f"{daphne_server.url}/a2a/guarded/lead"
     async with http(token) as h:
         card, _ = await client_for(h, url)
-    for bad in ["sba_not-a-credential", other["lead"]["token"], team.lead_token]:
-        async with http(bad) as h:
+
+    async def refused_by_the_sdk(bearer: str, status: int) -> None:
+        async with http(bearer) as h:
             client = ClientFactory(ClientConfig(httpx_client=h, streaming=False)).create(card)
-            with pytest.raises(A2AClientError):
+            with pytest.raises(A2AClientError, match=f"HTTP Error {status}"):
                 await collect(client.send_message(message("let me in")))
+            with pytest.raises(A2AClientError, match=f"HTTP Error {status}"):
+                await client.get_task(pb.GetTaskRequest(id="x"))
+
+    await refused_by_the_sdk("sba_not-a-credential", 401)  # no such credential
+    await refused_by_the_sdk(other["lead"]["token"], 403)  # another team's member token
+    await refused_by_the_sdk(team.lead_token, 403)  # a member token of this team: members use the tools
+    await refused_by_the_sdk(viewer, 403)  # an operator who may only watch
+    await refused_by_the_sdk(elsewhere, 403)  # a credential for another team
+    live_env.manage("a2a_credential", "outsider", "--revoke")
+    await refused_by_the_sdk(token, 401)  # a revoked credential
+
+    # The refusals carry the API's error body.
     async with httpx.AsyncClient(timeout=30) as raw:
 
         async def post(bearer: str) -> httpx.Response:
             body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
             return await raw.post(url + "/", json=body, headers={"Authorization": f"Bearer {bearer}"})
 
-        refused = await post(other["lead"]["token"])
-        assert refused.status_code == 403 and refused.json()["error"]["code"] == "FORBIDDEN"
-        assert (await post(viewer)).status_code == 403
+        forbidden = await post(other["lead"]["token"])
+        assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "FORBIDDEN"
         unknown = await post("nope")
         assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "UNAUTHENTICATED"
-        # A credential for another team, and a revoked one.
-        elsewhere = live_env.manage_json("a2a_credential", "elsewhere", "--team", "other")["token"]
-        assert (await post(elsewhere)).status_code == 403
-        live_env.manage("a2a_credential", "outsider", "--revoke")
-        assert (await post(token)).status_code == 401
         assert (await raw.get(f"{daphne_server.url}/a2a/guarded/nobody/.well-known/agent-card.json")).status_code == 404
     assert prompt_turns(team, "lead") == []
+
+
+async def test_a_caller_sees_only_its_own_tasks(live_env, daphne_server):
+    team = Team(live_env, daphne_server, "private")
+    mine, theirs = credential(team, "mine"), credential(team, "theirs")
+    url = f"{daphne_server.url}/a2a/private/lead"
+    async with http(mine) as h:
+        _, client = await client_for(h, url, streaming=False, polling=True)
+        task = task_of(await collect(client.send_message(message("a question for the lead"))))
+        assert state_name(task.status.state) == "TASK_STATE_SUBMITTED"  # no host: the lead waits to be started
+        assert [t.id for t in (await client.list_tasks(pb.ListTasksRequest())).tasks] == [task.id]
+    async with http(theirs) as h:
+        _, client = await client_for(h, url, streaming=False, polling=True)
+        assert list((await client.list_tasks(pb.ListTasksRequest())).tasks) == []
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(pb.GetTaskRequest(id=task.id))
+        with pytest.raises(TaskNotFoundError):
+            await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+    async with http(mine) as h:
+        _, client = await client_for(h, url, streaming=False, polling=True)
+        still = await client.get_task(pb.GetTaskRequest(id=task.id))
+        assert state_name(still.status.state) == "TASK_STATE_SUBMITTED"  # the other caller's cancel did nothing
 
 
 async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(live_env, daphne_server):
