@@ -29,6 +29,10 @@ def _integrate(session, message: dict) -> None:
     )
 
 
+# ages.js's exact time: the reader's local date and time with its UTC offset.
+EXACT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC[+−]\d\d:\d\d$")
+
+
 def _event_order(page) -> list[str]:
     return page.locator("[data-event]").evaluate_all("rows => rows.map(r => r.dataset.event)")
 
@@ -66,6 +70,15 @@ def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_
     assert order == ["queued", "accepted", "delivered"], order
     expect(page.locator('[data-event="delivered"]')).to_be_visible()
     expect(page.locator("[data-delivered-by]")).to_contain_text("turn-1")
+    # Every time on the trace is an age ("3 s ago"), the exact local time on hover (ages.js).
+    ages = page.locator("[data-event] time[data-ago]")
+    expect(ages).to_have_count(page.locator("[data-event]").count())
+    for age in ages.all():
+        expect(age).to_have_text(re.compile(r"^(just now|\d+ (s|min) ago)$"))
+        expect(age).to_have_attribute("title", EXACT)
+    delivered_at = page.locator("[data-delivered-by] time[data-ago]")
+    expect(delivered_at).to_have_text(re.compile(r"^entered (just now|\d+ s ago)$"))
+    expect(delivered_at).to_have_attribute("title", EXACT)
     screenshot(page, "console-trace-delivered")
 
     # A refused admission: the reviewer has no session and the team no host.
@@ -73,6 +86,21 @@ def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_
     page.goto(f"{server.url}/teams/stuck/messages/{refused['message_id']}/")
     assert _event_order(page) == ["queued", "failed"]
     expect(page.locator('[data-event="failed"]')).to_contain_text("no host")
+
+    # A prompt waiting for the reviewer needs attention too; its item leads to the reviewer's lane.
+    open_team(page, server, "stuck")
+    form = page.locator('form[data-action="prompt"]')
+    form.locator('select[name="target"]').select_option("reviewer")
+    form.locator('textarea[name="content"]').fill("Any news?")
+    form.get_by_role("button", name="Send prompt").click()
+    waiting = panel.locator('[data-attention="prompt"][data-target="reviewer"]')
+    expect(waiting).to_be_visible()  # once it has waited past the threshold
+    expect(waiting).to_have_attribute("data-prompt-id", re.compile(r"^prompt-"))
+    lane_link = waiting.locator('a[data-lane-link="reviewer"]')
+    expect(lane_link).to_have_attribute("href", "#lane-reviewer")
+    lane_link.click()
+    page.wait_for_url(re.compile(r"#lane-reviewer$"))
+    expect(page.locator('[data-member="reviewer"] [data-prompt-id]')).to_have_attribute("data-state", "queued")
     assert page.page_errors == []
 
 
