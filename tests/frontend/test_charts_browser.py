@@ -4,15 +4,13 @@ lane after an MCP inbox read, the prompt form following its prompt, and a layout
 1280 px and at a phone's 390 px."""
 import asyncio
 import json
-import os
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import ROOT, login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -293,7 +291,8 @@ for name, seq in seqs.items():
 
 def test_a_demo_like_run_for_the_picture_in_the_docs(live_env, daphne_server, page, agents):
     """A team at work: sessions over the wire, messages in every state, a turn running, charts
-    over the last quarter hour. With STEERBOARD_UPDATE_SCREENSHOT=1 it refreshes docs/dashboard.png."""
+    over the last quarter hour (docs/dashboard.png itself comes from a real demo run:
+    scripts/dashboard_screenshot.py)."""
     server = daphne_server
     team = live_env.team_create("demo")
     lead = team["lead"]["token"]
@@ -333,9 +332,6 @@ def test_a_demo_like_run_for_the_picture_in_the_docs(live_env, daphne_server, pa
     expect(numbers.locator('[data-number="p95"]')).not_to_have_text("—")
     expect(page.locator('#team-charts svg[data-chart="latency-percentiles"] [data-clipped="45"]')).not_to_have_count(0)
     page.wait_for_timeout(500)
-    shot = screenshot(page, "dashboard-demo")
-    if os.environ.get("STEERBOARD_UPDATE_SCREENSHOT"):
-        # Refresh the picture in docs/ on request only: a test run leaves the tree clean.
-        shutil.copy(shot, ROOT / "docs" / "dashboard.png")
+    screenshot(page, "dashboard-demo")
     _no_horizontal_overflow(page)
     assert page.page_errors == []
