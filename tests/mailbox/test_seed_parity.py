@@ -135,13 +135,13 @@ async def _running_teammate(api, team):
 
 
 @pytest.mark.parametrize("by", ["teammate", "lead"])
-async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, by):
+async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, wait_reads, by):
     team = await team_new()
     impl, agent = await _running_teammate(api, team)
     task = (await api.ok(impl, "team_task_create", subject="s", description="d"))["task"]
     await api.ok(impl, "team_task_update", task_id=task["id"], expected_revision=1, action="claim")
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
-    await asyncio.sleep(0.3)
+    await wait_reads.reached()  # the wait has read the board it compares with
     assert not waiting.done()
     if by == "teammate":
         await api.ok(impl, "team_task_update", task_id=task["id"], expected_revision=2, action="complete")
@@ -168,7 +168,7 @@ async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_r
     await agent.close()
 
 
-async def test_concurrent_waits_are_capped_per_member(api, no_recheck, settings):
+async def test_concurrent_waits_are_capped_per_member(api, no_recheck, settings, wait_reads):
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_WAITS_PER_MEMBER": 2}
     team = await team_new()
     impl, agent = await _running_teammate(api, team)
@@ -184,8 +184,9 @@ async def test_concurrent_waits_are_capped_per_member(api, no_recheck, settings)
     for wait in waits:
         assert (await asyncio.wait_for(wait, 3))["timed_out"] is False
     # Returned waits free their places.
+    read_before = wait_reads.count  # every earlier wait has returned: the next read is the new wait's
     freed = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=10_000))
-    await asyncio.sleep(0.3)
+    await wait_reads.reached(read_before + 1)
     await api.ok(team["lead"], "spawn_teammate", name="again", description="r", prompt="")
     assert (await asyncio.wait_for(freed, 3))["timed_out"] is False
     await agent.close()

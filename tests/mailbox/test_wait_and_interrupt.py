@@ -14,26 +14,26 @@ async def test_wait_agent_returns_at_once_when_no_peer_is_active(api):
     assert result == {"timed_out": False, "no_progress": {"reason": "no-active-peer"}}
 
 
-async def test_wait_agent_returns_when_a_peer_changes_status(api):
+async def test_wait_agent_returns_when_a_peer_changes_status(api, wait_reads):
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "implementer")
     agent = Agent(impl)
     await agent.connect("running")
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=10_000))
-    await asyncio.sleep(0.3)
+    await wait_reads.reached()  # the wait has read what it compares with
     assert not waiting.done()
     await agent.status("idle")
     assert await asyncio.wait_for(waiting, 5) == {"timed_out": False, "no_progress": None}
     await agent.close()
 
 
-async def test_wait_agent_returns_when_a_message_reaches_the_caller_and_wakes_nobody(api):
+async def test_wait_agent_returns_when_a_message_reaches_the_caller_and_wakes_nobody(api, wait_reads):
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "implementer")
     agent = Agent(impl)
     await agent.connect("running")
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=10_000))
-    await asyncio.sleep(0.3)  # the wait has read what it compares with (nothing shows when it has)
+    await wait_reads.reached()  # the wait has read what it compares with
     await api.ok(impl, "send_message", target="lead", message="done")
     assert await asyncio.wait_for(waiting, 5) == {"timed_out": False, "no_progress": None}
     # Waiting pushed nothing to anyone: the first steer the teammate gets is one sent after it.
