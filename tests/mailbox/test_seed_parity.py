@@ -12,7 +12,6 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from mailbox import selectors as mailbox_selectors
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -151,18 +150,16 @@ async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, wait_reads,
     await agent.close()
 
 
-async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_recheck, monkeypatch):
+async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_recheck, wait_reads):
     team = await team_new()
     _, agent = await _running_teammate(api, team)
-    reads = []
-    real = mailbox_selectors.wait_snapshot
-    monkeypatch.setattr(mailbox_selectors, "wait_snapshot", lambda member: reads.append(1) or real(member))
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
+    await wait_reads.reached()
     await asyncio.sleep(0.5)  # its first reads, and a read for each doorbell still ringing
-    settled = len(reads)
+    settled = wait_reads.count
     await asyncio.sleep(1.5)  # a quiet team: no doorbell, no read (the old poll read every 0.2 s)
     assert not waiting.done()
-    assert len(reads) == settled
+    assert wait_reads.count == settled
     await agent.status("idle")
     assert await asyncio.wait_for(waiting, 3) == {"timed_out": False, "no_progress": None}
     await agent.close()
