@@ -37,18 +37,16 @@ def run(block: str, live_env, server) -> list:
     return _json_values(done.stdout)
 
 
+_JSON_START = re.compile(r"[{\[]")
+
+
 def _json_values(out: str) -> list:
     """Every JSON object or array printed, in order (curl prints no newline after a body)."""
     decoder, values, at = json.JSONDecoder(), [], 0
-    while (at := _next_json(out, at)) >= 0:
-        value, at = decoder.raw_decode(out, at)
+    while start := _JSON_START.search(out, at):
+        value, at = decoder.raw_decode(out, start.start())
         values.append(value)
     return values
-
-
-def _next_json(out: str, at: int) -> int:
-    found = [i for i in (out.find("{", at), out.find("[", at)) if i >= 0]
-    return min(found, default=-1)
 
 
 def test_every_marked_example_is_found():
