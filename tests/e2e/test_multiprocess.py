@@ -171,6 +171,9 @@ async def test_a_member_left_running_by_a_killed_process_is_resumed_by_a_live_ho
     try:
         await asyncio.wait_for(doomed_host.connected.wait(), 10)
         await wait_until(lambda: agent.welcomed.is_set(), timeout=30, what="hello on A")
+        # The socket opens before A records the host (host_arrived runs after accept).
+        await wait_until(lambda: scale_env.query("SELECT COUNT(*) FROM mailbox_hostpresence") == [(1,)],
+                         timeout=30, what="A recorded the host")
         a.kill()
         await agent.stop()  # the agent went down with its machine: nobody reconnects
         await doomed_host.stop()
