@@ -26,7 +26,7 @@ class GatedModel:
 
 async def until(predicate, what, timeout=30):
     deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
+    while not (await result if asyncio.iscoroutine(result := predicate()) else result):
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
 
@@ -92,11 +92,17 @@ async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_tur
         prompt = await asyncio.to_thread(team.prompt, "worker", "a human question")
         # The race the Queue adapter cannot rule out: its push lands just as a turn began.
         session._on_prompt({"id": prompt["id"], "author": "op", "content": "a human question"})
-        await asyncio.sleep(0.3)
+        # It waits in the session's prompt queue; the turn's gated step is its next boundary.
+        assert [p["id"] for p in session._prompts] == [prompt["id"]]
         assert not any(e["kind"] == "prompt" for e in session.entries), "a prompt never enters a running turn"
         model.gate.set()
         await until(lambda: sum(e["kind"] == "turn_end" for e in session.entries) == 2, "two turns")
-        await asyncio.sleep(0.5)  # the server's own push of the prompt (after idle) must fold
+        # Once completed the prompt is never offered again; any push of it before then has folded.
+        async def completed():
+            listed = await asyncio.to_thread(team.op, "GET", "/teams/prompt-race/prompts")
+            return listed.json()["prompts"][0]["state"] == "completed"
+
+        await until(completed, "the prompt completed")
         history = await asyncio.to_thread(team.history, "worker")
         kinds = [(e["kind"], e.get("cause")) for e in history if e["kind"] in ("turn_start", "prompt")]
         assert kinds == [("turn_start", "steer"), ("turn_start", "prompt"), ("prompt", None)]
