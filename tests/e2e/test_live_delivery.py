@@ -6,6 +6,8 @@ import httpx
 import pytest
 import websockets
 
+from tests.support.wire_agent import wait_until
+
 pytestmark = pytest.mark.e2e
 
 
@@ -115,7 +117,11 @@ async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(live
             await ws.send(json.dumps({"type": "hello", "status": "idle"}))
             await recv_type(ws, "welcome")
         await host.send(json.dumps({"type": "started", "member": "researcher"}))
-        await asyncio.sleep(0.3)  # the session's goodbye is processed; the member is inactive
+        # Cold-resume needs the member inactive: wait until the server has processed the goodbye.
+        await wait_until(lambda: live_env.query(
+            "SELECT session_state FROM teams_member m JOIN teams_team t ON t.id = m.team_id"
+            " WHERE t.name = 'hosted' AND m.name = 'researcher'") == [("inactive",)],
+            timeout=30, what="researcher inactive after its session closed")
         sent = (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="researcher", message="hi")).json()
         assert sent["status"] == "accepted"
         resume = await recv_type(host, "start")
