@@ -21,7 +21,7 @@ each reported as a ``user_message`` entry carrying its team-message source
   reconnect (their ids make a resend harmless). agents/outbox.py keeps them.
 - Cold-resume: with ``resume=True`` the session first reads its durable
   history (GET /api/v1/session/history) and continues from it, in the middle
-  of a turn if it died in one.
+  of a turn if it died in one. agents/resume.py reads what the history holds.
 
 Session-local tool: ``await_message {sender?, timeout_ms?}`` waits, inside the
 current step, until a message (from ``sender``, if given) is in the inbox; the
@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +45,7 @@ from agents.connection import run_reconnecting, ws_url
 from agents.inbox import Inbox
 from agents.model import Model, StepContext
 from agents.outbox import Outbox
+from agents.resume import OpenTurn, resume_point
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class AgentSession:
         self._prompts: deque[dict] = deque()
         self._prompt_ids: set[str] = set()  # every prompt id seen: queued, running or in the history
         self._prompt_entries: dict[str, dict] = {}  # prompt id -> its entry in the conversation
-        self._open_turn: dict | None = None  # a turn found unfinished in the history
+        self._open_turn: OpenTurn | None = None  # a turn found unfinished in the history
         self._in_turn = False
         self._turn_id: str | None = None
         self._mark_resumed = False
@@ -159,26 +160,16 @@ class AgentSession:
 
     # --- cold-resume ---------------------------------------------------------------------------
     def _restore(self, entries: list[dict]) -> None:
+        point = resume_point(entries)
         self.member = self.client.member or self.member
         self.entries = list(entries)
-        for entry in entries:
-            source = entry.get("source") or {}
-            if entry.get("kind") == "user_message" and source.get("kind") == "team-message":
-                self._inbox.restored(entry, source["message_id"], int(source.get("seq") or 0))
-                self.team = source.get("team", self.team)
-            if entry.get("kind") == "prompt" and entry.get("prompt_id") is not None:
-                self._prompt_ids.add(str(entry["prompt_id"]))
-                self._prompt_entries[str(entry["prompt_id"])] = entry
-        open_turns: OrderedDict[str, dict] = OrderedDict()
-        for entry in entries:
-            turn_id = entry.get("turn_id")
-            if entry.get("kind") == "turn_start":
-                open_turns[turn_id] = entry
-            elif entry.get("kind") == "turn_end":
-                open_turns.pop(turn_id, None)
-        if open_turns:
-            turn_id, start = next(reversed(open_turns.items()))
-            self._open_turn = {"turn_id": turn_id, "cause": start.get("cause")}
+        for held in point.messages:
+            self._inbox.restored(*held)
+        self.team = point.team or self.team
+        self._prompt_ids.update(point.prompts)
+        self._prompt_entries.update(point.prompts)
+        if point.open_turn is not None:
+            self._open_turn = point.open_turn
             self.status = "running"
             self.idle.clear()
             self._work.set()
@@ -388,10 +379,10 @@ class AgentSession:
             await self._integrate(turn_id, 0)
         await self._steps(turn_id, 0)
 
-    async def _resume_turn(self, open_turn: dict) -> None:
+    async def _resume_turn(self, open_turn: OpenTurn) -> None:
         """Continue a turn the history left unfinished: finish its pending tool calls, then go on."""
         self._open_turn = None
-        turn_id = open_turn["turn_id"]
+        turn_id = open_turn.turn_id
         self._in_turn, self._turn_id = True, turn_id
         self._mark_resumed = True
         self._interrupt.clear()
