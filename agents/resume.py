@@ -6,8 +6,8 @@ messages the conversation already holds (so folding knows them and the inbox
 knows where ``seq`` stands), the prompts that already had their turn (so a
 prompt pushed again is not run again), and the turn the history left
 unfinished, if any (its ``turn_start`` has no ``turn_end``; the latest such
-turn is the one to continue). agents/session.py applies it and continues
-the open turn.
+turn is the one to continue). agents/session.py applies it; agents/turns.py
+continues the open turn.
 """
 from __future__ import annotations
 

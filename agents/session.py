@@ -1,31 +1,27 @@
 """AgentSession: one member's agent session over the wire contract.
 
 It speaks ``/ws/agent/`` (hello, status, entries, tool calls; steer, prompt,
-interrupt, tool results) and calls the nine Team tools over that websocket
-while it is connected, over REST otherwise (agents.client). A turn is a loop of
-steps: model call -> tool calls -> step boundary. At each boundary the
-messages steered in during the step enter the conversation in ``seq`` order,
-each reported as a ``user_message`` entry carrying its team-message source
-(that report is what makes the server record ``delivered``).
+interrupt, ack, tool results, errors) and calls the nine Team tools over that
+websocket while it is connected, over REST otherwise (agents.client). The
+session composes the pieces and dispatches the server's frames to them:
 
-- A steer while idle starts a turn (cause ``steer``).
-- A human prompt is always its own turn (cause ``prompt``); one that arrives
-  while a turn runs waits until the session is idle.
-- ``interrupt`` ends the current turn (``turn_end`` reason ``interrupted``) and
-  keeps the inbox.
-- A steer for a message id the session already holds is folded: never added
-  twice; if it is already in the conversation its entry is reported again
-  (the server folds it too, and records ``delivered`` if it had not).
-- Every entry is reported and acknowledged before the session goes on, so what
-  the conversation holds is durable; unacknowledged entries are resent after a
-  reconnect (their ids make a resend harmless). agents/outbox.py keeps them.
-- Cold-resume: with ``resume=True`` the session first reads its durable
-  history (GET /api/v1/session/history) and continues from it, in the middle
-  of a turn if it died in one. agents/resume.py reads what the history holds.
+- agents/connection.py: the reconnecting websocket (the token read again
+  before each attempt, backoff up to ``max_backoff``).
+- agents/inbox.py: steered messages until a step boundary lets them in
+  (``seq`` order, folding, replays). A steer for a message already in the
+  conversation is folded and its entry reported again (the server folds it
+  too, and records ``delivered`` if it had not).
+- agents/outbox.py: every entry reported and acknowledged before the session
+  goes on, so what the conversation holds is durable; unacknowledged entries
+  are resent after a reconnect (their ids make a resend harmless).
+- agents/turns.py: the turn runner (model call -> tool calls -> step boundary;
+  prompts, interrupt, the session-local ``await_message``).
+- agents/resume.py: cold-resume. With ``resume=True`` the session first reads
+  its durable history (GET /api/v1/session/history); resume.py says what it
+  holds and the session continues from it, in the middle of a turn if it died
+  in one.
 
-Session-local tool: ``await_message {sender?, timeout_ms?}`` waits, inside the
-current step, until a message (from ``sender``, if given) is in the inbox; the
-step boundary right after it lets the message in. It never touches the server.
+The session owns the conversation (``entries``) and the ``status`` it reports.
 """
 from __future__ import annotations
 
@@ -33,24 +29,20 @@ import asyncio
 import contextlib
 import json
 import logging
-import uuid
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from websockets.exceptions import WebSocketException
 
-from agents.client import TEAM_TOOLS, ServerClient, SocketTools, ToolError
+from agents.client import ServerClient, SocketTools, ToolError
 from agents.connection import run_reconnecting, ws_url
 from agents.inbox import Inbox
-from agents.model import Model, StepContext
+from agents.model import Model
 from agents.outbox import Outbox
-from agents.resume import OpenTurn, resume_point
+from agents.resume import resume_point
+from agents.turns import Turns
 
 log = logging.getLogger(__name__)
-
-LOCAL_TOOLS = ("await_message",)
-AWAIT_DEFAULT_MS = 600_000
 
 
 class SessionRefused(Exception):
@@ -72,8 +64,6 @@ class AgentSession:
             raise ValueError("give a model or a model_factory")
         self.server = server.rstrip("/")
         self.token = token
-        self.model = model
-        self.model_factory = model_factory
         self.resume = resume
         self.max_backoff = max_backoff
         self.client = ServerClient(self.server, token, max_backoff=max_backoff)
@@ -87,21 +77,34 @@ class AgentSession:
         self.idle.set()
 
         self._inbox = Inbox()
-        self._prompts: deque[dict] = deque()
-        self._prompt_ids: set[str] = set()  # every prompt id seen: queued, running or in the history
-        self._prompt_entries: dict[str, dict] = {}  # prompt id -> its entry in the conversation
-        self._open_turn: OpenTurn | None = None  # a turn found unfinished in the history
-        self._in_turn = False
-        self._turn_id: str | None = None
-        self._mark_resumed = False
-        self._interrupt = asyncio.Event()
-        self._work = asyncio.Event()
         self._outbox = Outbox(self._send, on_acked=self._acked)
         self._ws = None
         self._tools: SocketTools | None = None  # tool calls on the current connection
         self._stopping = asyncio.Event()
+        self._turns = Turns(self, self._inbox, model=model, model_factory=model_factory, stopping=self._stopping)
         self._tasks: list[asyncio.Task] = []
-        self.instructions: str | None = None
+
+    @property
+    def model(self) -> Model | None:
+        """The model (made by ``model_factory`` once the session knows its member)."""
+        return self._turns.model
+
+    @model.setter
+    def model(self, model: Model | None) -> None:
+        self._turns.model = model
+
+    @property
+    def model_factory(self) -> Callable[[str], Model] | None:
+        return self._turns.model_factory
+
+    @property
+    def instructions(self) -> str | None:
+        """The team policy the model's steps carry (read from the server unless set before ``run``)."""
+        return self._turns.instructions
+
+    @instructions.setter
+    def instructions(self, instructions: str | None) -> None:
+        self._turns.instructions = instructions
 
     @property
     def unacknowledged(self) -> int:
@@ -133,7 +136,7 @@ class AgentSession:
             self._restore(history)
         self._tasks = [
             asyncio.create_task(self._connection_loop(), name="session-connection"),
-            asyncio.create_task(self._turn_loop(), name="session-turns"),
+            asyncio.create_task(self._turns.run(), name="session-turns"),
         ]
         try:
             done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -166,13 +169,10 @@ class AgentSession:
         for held in point.messages:
             self._inbox.restored(*held)
         self.team = point.team or self.team
-        self._prompt_ids.update(point.prompts)
-        self._prompt_entries.update(point.prompts)
+        self._turns.restored(point)
         if point.open_turn is not None:
-            self._open_turn = point.open_turn
             self.status = "running"
             self.idle.clear()
-            self._work.set()
 
     # --- the websocket -------------------------------------------------------------------------
     async def _connection_loop(self) -> None:
@@ -243,8 +243,7 @@ class AgentSession:
             self._on_prompt(frame["prompt"])
         elif kind == "interrupt":
             log.info("%s: interrupt received", self.member)
-            if self._in_turn:
-                self._interrupt.set()
+            self._turns.interrupt()
         elif kind == "ack":
             self._outbox.acked(frame.get("entry_id"), folded=bool(frame.get("folded")))
         elif kind == "tool_result":
@@ -286,256 +285,40 @@ class AgentSession:
             if isinstance(held, dict):  # already in the conversation: report its entry again
                 asyncio.get_running_loop().create_task(self._send_entry(held))
         if self._inbox:
-            self._work.set()
+            self._turns.wake()
 
     def _on_prompt(self, prompt: dict) -> None:
         prompt_id = str(prompt["id"])
         self.stats["prompts"] += 1
         log.info("%s: prompt received: %s from %s", self.member, prompt_id, prompt.get("author"))
-        if prompt_id in self._prompt_entries:
+        held = self._turns.prompt(prompt)
+        if held is not None:
             # Pushed again (e.g. after a reconnect): it already has its turn. Report its entry again
             # (folded) and, if that turn is over, say idle again so the server completes it.
-            asyncio.get_running_loop().create_task(self._prompt_again(self._prompt_entries[prompt_id]))
-            return
-        if prompt_id in self._prompt_ids:
-            return  # queued here already, or its turn is starting
-        self._prompt_ids.add(prompt_id)
-        self._prompts.append(prompt)
-        self._work.set()
+            asyncio.get_running_loop().create_task(self._prompt_again(held))
 
     async def _prompt_again(self, entry: dict) -> None:
         await self._send_entry(entry)
-        if not (self._in_turn and self._turn_id == entry.get("turn_id")):
+        if not self._turns.running(entry.get("turn_id")):
             await self._send({"type": "status", "status": self.status})
 
     # --- reporting -----------------------------------------------------------------------------
-    async def _report(self, entry: dict) -> dict:
-        """Add an entry to the conversation and wait until the server holds it."""
-        entry.setdefault("id", uuid.uuid4().hex)
-        if self._mark_resumed and entry.get("turn_id") == self._turn_id:
-            entry["resumed"] = True  # the first entry a cold-resumed session adds to the turn it continues
-            self._mark_resumed = False
+    async def record(self, entry: dict) -> None:
+        """Add an entry to the conversation and wait until the server holds it (for agents/turns.py)."""
         self.entries.append(entry)
         await self._send_entry(entry)
-        return entry
 
     async def _send_entry(self, entry: dict) -> bool:
         return await self._outbox.report(entry)
 
-    async def _set_status(self, status: str) -> None:
+    async def status_set(self, status: str) -> None:
+        """Report ``running`` or ``idle`` (for agents/turns.py)."""
         self.status = status
         if status == "idle":
             self.idle.set()
         else:
             self.idle.clear()
         await self._send({"type": "status", "status": status})
-
-    # --- turns ---------------------------------------------------------------------------------
-    def _has_work(self) -> bool:
-        return bool(self._open_turn or self._prompts or self._inbox.drainable())
-
-    async def _turn_loop(self) -> None:
-        await self.connected.wait()
-        await self._inbox.replayed.wait()  # a resumed turn's next boundary must see what waited for it
-        if self.model is None:
-            self.model = self.model_factory(self.member or "")
-        if self.instructions is None:
-            self.instructions = await self.client.policy()
-        while not self._stopping.is_set():
-            if not self._has_work():
-                self._work.clear()
-                if not self._has_work():
-                    await self._work.wait()
-                continue
-            await self.connected.wait()
-            if self._open_turn is not None:
-                await self._resume_turn(self._open_turn)
-            elif self._prompts:
-                await self._run_turn(cause="prompt", prompt=self._prompts.popleft())
-            else:
-                await self._run_turn(cause="steer")
-
-    async def _run_turn(self, *, cause: str, prompt: dict | None = None) -> None:
-        turn_id = uuid.uuid4().hex
-        self._in_turn, self._turn_id = True, turn_id
-        self._interrupt.clear()
-        await self._set_status("running")
-        log.info("%s: turn %s started (cause %s)", self.member, turn_id, cause)
-        await self._report({"kind": "turn_start", "turn_id": turn_id, "step": 0, "cause": cause})
-        if prompt is not None:
-            entry = {
-                "id": f"prompt-{prompt['id']}",
-                "kind": "prompt",
-                "turn_id": turn_id,
-                "step": 0,
-                "prompt_id": prompt["id"],
-                "author": prompt.get("author"),
-                "text": prompt.get("content", ""),
-            }
-            self._prompt_ids.add(str(prompt["id"]))
-            self._prompt_entries[str(prompt["id"])] = entry
-            await self._report(entry)
-        else:
-            await self._integrate(turn_id, 0)
-        await self._steps(turn_id, 0)
-
-    async def _resume_turn(self, open_turn: OpenTurn) -> None:
-        """Continue a turn the history left unfinished: finish its pending tool calls, then go on."""
-        self._open_turn = None
-        turn_id = open_turn.turn_id
-        self._in_turn, self._turn_id = True, turn_id
-        self._mark_resumed = True
-        self._interrupt.clear()
-        await self._set_status("running")
-        log.info("%s: turn %s resumed from the history", self.member, turn_id)
-        turn = [e for e in self.entries if e.get("turn_id") == turn_id]
-        step = max((int(e.get("step") or 0) for e in turn), default=0)
-        results = {e["call_id"] for e in turn if e.get("kind") == "tool_result"}
-        in_step = [e for e in turn if int(e.get("step") or 0) == step]
-        for call in [e for e in in_step if e.get("kind") == "tool_call" and e["call_id"] not in results]:
-            if not await self._run_tool(turn_id, step, call, repeat=True):
-                return await self._end_turn(turn_id, step, "interrupted")
-        kinds = {e.get("kind") for e in in_step}
-        if "tool_call" in kinds:
-            step += 1
-            await self._integrate(turn_id, step)
-        elif "assistant_text" in kinds:
-            return await self._end_turn(turn_id, step, "done")  # the model had given its final answer
-        await self._steps(turn_id, step)
-
-    async def _steps(self, turn_id: str, step: int) -> None:
-        while True:
-            if self._interrupt.is_set():
-                return await self._end_turn(turn_id, step, "interrupted")
-            context = StepContext(
-                member=self.member or "",
-                entries=self.entries,
-                turn_id=turn_id,
-                step=step,
-                tools=[*TEAM_TOOLS, *LOCAL_TOOLS],
-                instructions=self.instructions,
-            )
-            try:
-                reply = await self._interruptible(self.model.step(context))
-            except Exception as exc:  # a failing model ends its turn, not the session
-                log.exception("the model failed at step %s of turn %s", step, turn_id)
-                return await self._end_turn(turn_id, step, "error", error=f"{exc.__class__.__name__}: {exc}"[:2000])
-            if reply is None:
-                return await self._end_turn(turn_id, step, "interrupted")
-            if reply.text:
-                await self._report({"kind": "assistant_text", "turn_id": turn_id, "step": step, "text": reply.text})
-            if not reply.tool_calls:
-                return await self._end_turn(turn_id, step, "done")
-            for call in reply.tool_calls:
-                entry = {
-                    "kind": "tool_call",
-                    "turn_id": turn_id,
-                    "step": step,
-                    "call_id": uuid.uuid4().hex,
-                    "tool": call.name,
-                    "arguments": dict(call.arguments),
-                }
-                if call.name in LOCAL_TOOLS:
-                    entry["local"] = True
-                await self._report(entry)
-                if not await self._run_tool(turn_id, step, entry):
-                    return await self._end_turn(turn_id, step, "interrupted")
-            step += 1  # the step boundary: steered messages enter here
-            await self._integrate(turn_id, step)
-
-    async def _run_tool(self, turn_id: str, step: int, call: dict, repeat: bool = False) -> bool:
-        """Run one reported tool call and report its result. False when interrupted."""
-        arguments = call.get("arguments") or {}
-        outcome = await self._interruptible(self._execute(call["tool"], arguments, call["call_id"], repeat=repeat))
-        result = {"kind": "tool_result", "turn_id": turn_id, "step": step, "call_id": call["call_id"], "tool": call["tool"]}
-        if outcome is None:
-            result["error"] = {"code": "INTERRUPTED", "message": "The turn was interrupted."}
-            await self._report(result)
-            return False
-        result.update(outcome)
-        await self._report(result)
-        return True
-
-    async def _execute(self, name: str, arguments: dict, call_id: str, repeat: bool = False) -> dict:
-        try:
-            if name == "await_message":
-                return {"result": await self._await_message(**arguments)}
-            if name not in TEAM_TOOLS:
-                raise ToolError("NOT_FOUND", f"No tool named {name!r}.")
-            return {"result": await self.client.tool(name, arguments, call_id=call_id, repeat=repeat)}
-        except ToolError as exc:
-            return {"error": exc.as_dict()}
-        except TypeError as exc:
-            return {"error": {"code": "VALIDATION_ERROR", "message": str(exc)}}
-
-    async def _await_message(self, sender: str | None = None, timeout_ms: int = AWAIT_DEFAULT_MS) -> dict:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while True:
-            ready = [m for m in self._inbox.drainable() if sender is None or m["sender"] == sender]
-            if ready:
-                return {
-                    "timed_out": False,
-                    "arrived": [{"sender": m["sender"], "message_id": m["id"]} for m in self._inbox.drainable()],
-                }
-            self._inbox.changed.clear()
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return {"timed_out": True, "arrived": []}
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._inbox.changed.wait(), remaining)
-
-    async def _interruptible(self, coro):
-        """Run coro unless the turn is interrupted first (then None)."""
-        work = asyncio.ensure_future(coro)
-        stop = asyncio.ensure_future(self._interrupt.wait())
-        try:
-            await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            work.cancel()  # the session is stopping: leave no model call or request behind
-            raise
-        finally:
-            stop.cancel()
-        if work.done():
-            return work.result()
-        work.cancel()
-        with contextlib.suppress(BaseException):
-            await work
-        return None
-
-    async def _integrate(self, turn_id: str, step: int) -> None:
-        """The step boundary: steered messages enter the conversation in seq order."""
-        pause = getattr(self.model, "step_delay", 0) if self._inbox.drainable() else 0
-        if pause:  # a paced model (keyless --step-delay): the messages wait, accepted, where a person sees them
-            await asyncio.sleep(pause)
-        for message in self._inbox.drainable():
-            message_id = message["id"]
-            entry = {
-                "id": f"msg-{message_id}",
-                "kind": "user_message",
-                "turn_id": turn_id,
-                "step": step,
-                "text": message.get("content", ""),
-                "source": {
-                    "kind": "team-message",
-                    "message_id": message_id,
-                    "sender": message.get("sender"),
-                    "team": self.team,
-                    "seq": message.get("seq"),
-                },
-            }
-            self._inbox.entered(message, entry)
-            await self._report(entry)
-
-    async def _end_turn(self, turn_id: str, step: int, reason: str, error: str | None = None) -> None:
-        entry = {"kind": "turn_end", "turn_id": turn_id, "step": step, "reason": reason}
-        if error:
-            entry["error"] = error
-        await self._report(entry)
-        log.info("%s: turn %s ended (%s)", self.member, turn_id, reason)
-        self._in_turn = False
-        self._interrupt.clear()
-        await self._set_status("idle")
 
 
 def _describe(entry: dict) -> str:

@@ -93,7 +93,7 @@ async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_tur
         # The race the Queue adapter cannot rule out: its push lands just as a turn began.
         session._on_prompt({"id": prompt["id"], "author": "op", "content": "a human question"})
         # It waits in the session's prompt queue; the turn's gated step is its next boundary.
-        assert [p["id"] for p in session._prompts] == [prompt["id"]]
+        assert [p["id"] for p in session._turns.prompts] == [prompt["id"]]
         assert not any(e["kind"] == "prompt" for e in session.entries), "a prompt never enters a running turn"
         model.gate.set()
         await until(lambda: sum(e["kind"] == "turn_end" for e in session.entries) == 2, "two turns")
