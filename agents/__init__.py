@@ -2,6 +2,11 @@
 
 Imports no Django and nothing of the server apps; it speaks only the wire
 contract (websockets + httpx + pydantic-free dataclasses + the stdlib).
+
+An ``AgentSession`` (session.py) composes connection.py (the reconnecting
+websocket), inbox.py (steered messages), outbox.py (entries until
+acknowledged), turns.py (the turn runner) and resume.py (cold-resume from the
+history); docs/agents.md, "How the session is built".
 """
 from agents.client import ServerClient, ToolError
 from agents.host import Host
