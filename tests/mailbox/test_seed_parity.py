@@ -1,6 +1,7 @@
 """Team semantics the seed pins down (issue 18), over the real ASGI app: the spawn
 prompt as the teammate's first turn, wait_agent on task changes, failed members."""
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
+from mailbox import events
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -133,6 +135,24 @@ async def _running_teammate(api, team):
     return token, agent
 
 
+async def doorbells_rung(team) -> None:
+    """Until every doorbell of the team rung so far has gone out: no ring interval is
+    running (a ring within one goes out when it ends, mailbox/events.dashboard_ring) and
+    no publish is in flight. A wait that starts after this hears only its own subscribe."""
+    key = (asyncio.get_running_loop(), team["team"].pk)
+    async with asyncio.timeout(5):
+        while key in events._rings or events._in_flight:
+            await asyncio.sleep(0.01)
+
+
+async def reads_within(wait_reads, seconds: float) -> int:
+    """The waits' reads over the next ``seconds`` (returns at the first one)."""
+    before = wait_reads.count
+    with contextlib.suppress(TimeoutError):
+        await wait_reads.reached(before + 1, timeout=seconds)
+    return wait_reads.count - before
+
+
 @pytest.mark.parametrize("by", ["teammate", "lead"])
 async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, wait_reads, by):
     team = await team_new()
@@ -153,13 +173,12 @@ async def test_wait_agent_wakes_when_a_task_changes(api, no_recheck, wait_reads,
 async def test_wait_agent_reads_the_database_per_doorbell_not_per_tick(api, no_recheck, wait_reads):
     team = await team_new()
     _, agent = await _running_teammate(api, team)
+    await doorbells_rung(team)  # the spawn's and the connect's: from here the team is quiet
     waiting = asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))
-    await wait_reads.reached()
-    await asyncio.sleep(0.5)  # its first reads, and a read for each doorbell still ringing
-    settled = wait_reads.count
-    await asyncio.sleep(1.5)  # a quiet team: no doorbell, no read (the old poll read every 0.2 s)
+    await wait_reads.reached(2)  # its first read, and the one its listener's subscribe wakes
+    # A quiet team: no doorbell, no read (the old poll read every 0.2 s).
+    assert await reads_within(wait_reads, 1.5) == 0
     assert not waiting.done()
-    assert wait_reads.count == settled
     await agent.status("idle")
     assert await asyncio.wait_for(waiting, 3) == {"timed_out": False, "no_progress": None}
     await agent.close()
@@ -169,8 +188,11 @@ async def test_concurrent_waits_are_capped_per_member(api, no_recheck, settings,
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_WAITS_PER_MEMBER": 2}
     team = await team_new()
     impl, agent = await _running_teammate(api, team)
-    waits = [asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000)) for _ in range(2)]
-    await asyncio.sleep(0.3)
+    await doorbells_rung(team)  # a quiet team: each wait's reads below are its own
+    waits = [asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000))]
+    await wait_reads.reached(2)  # the first wait holds its place (read, subscribed, read again)
+    waits.append(asyncio.create_task(api.ok(team["lead"], "wait_agent", timeout_ms=30_000)))
+    await wait_reads.reached(3)  # so does the second (the team is subscribed already: one read)
     third = await api.tool(team["lead"], "wait_agent", timeout_ms=30_000)
     assert third.status_code == 429
     assert third.json()["error"]["code"] == "TOO_MANY_WAITS" and third.json()["limit"] == 2
