@@ -12,6 +12,7 @@ import atexit
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -135,6 +136,7 @@ class LiveEnvironment:
             # A prefix of our own keeps parallel environments apart on one Redis.
             self.env["STEERBOARD_CHANNEL_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
         self.env.update(settings_env)
+        self._worker: _ManageWorker | None = None
         # A copy of a database this test process migrated once (`migrate` costs seconds of CPU).
         if self.postgres:
             self.env["DATABASE_URL"] = _postgres_database_new(base_db, template=_migrated_template(self.env, base_db))
@@ -143,17 +145,22 @@ class LiveEnvironment:
             _sqlite_copy(_migrated_template(self.env, ""), tmp_path / "live.sqlite3")
 
     def manage(self, *args: str, check: bool = True) -> str:
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check and result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed: {result.stderr[-2000:]}")
-        return result.stdout
+        """``manage.py ARGS`` on this environment: its stdout; a failure raises with its stderr.
+
+        The command runs in this environment's manage worker (tests/support/manage_worker.py),
+        a process that started Django once, with the environment as it is now."""
+        if self._worker is None or self._worker.env != self.env:
+            self._worker_stop()
+            self._worker = _ManageWorker(dict(self.env))
+        answer = self._worker.run(list(args), timeout=120)
+        if check and answer["code"] != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed: {answer['stderr'][-2000:]}")
+        return answer["stdout"]
+
+    def _worker_stop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
 
     def manage_json(self, *args: str) -> dict:
         return json.loads(self.manage(*args, "--json"))
@@ -184,8 +191,40 @@ class LiveEnvironment:
             conn.close()
 
     def close(self) -> None:
+        self._worker_stop()
         if self.postgres:
             _postgres_database_drop(self.env["DATABASE_URL"])
+
+
+class _ManageWorker:
+    """One ``python -m tests.support.manage_worker`` process: a command a line in, an answer a line out."""
+
+    def __init__(self, env: dict):
+        self.env = env
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.manage_worker"],
+            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def run(self, args: list[str], timeout: float) -> dict:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(args) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.stop()
+            raise RuntimeError(f"manage.py {' '.join(args)}: no answer from the manage worker in {timeout}s")
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream:
+                stream.close()
 
 
 class DaphneProcess:
