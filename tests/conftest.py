@@ -42,9 +42,35 @@ def _close_worker_connections():
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
+@pytest.fixture(scope="module")
+def module_live_env(tmp_path_factory):
+    from tests.support.live import LiveEnvironment
+
+    environment = LiveEnvironment(tmp_path_factory.mktemp("live"))
+    yield environment
+    environment.close()
+
+
+@pytest.fixture(scope="module")
+def module_daphne_server(module_live_env):
+    from tests.support.live import DaphneProcess
+
+    server = DaphneProcess(module_live_env).start()
+    yield server
+    server.stop()
+
+
+def _shared(request) -> bool:
+    return request.node.get_closest_marker("shared_server") is not None
+
+
 @pytest.fixture
-def live_env(tmp_path):
-    """A fresh database for daphne processes started by the test."""
+def live_env(request, tmp_path):
+    """A fresh database for daphne processes started by the test; in a ``shared_server``
+    module, the module's one environment (each test makes a team of its own)."""
+    if _shared(request):
+        yield request.getfixturevalue("module_live_env")
+        return
     from tests.support.live import LiveEnvironment
 
     environment = LiveEnvironment(tmp_path)
@@ -53,10 +79,17 @@ def live_env(tmp_path):
 
 
 @pytest.fixture
-def daphne_server(live_env):
-    """One real daphne process on the embedded default (or the run's PostgreSQL + Redis)."""
+def daphne_server(request, live_env):
+    """One real daphne process on the embedded default (or the run's PostgreSQL + Redis); in a
+    ``shared_server`` module, the module's one daphne, started again if a test ended it."""
     from tests.support.live import DaphneProcess
 
+    if _shared(request):
+        server = request.getfixturevalue("module_daphne_server")
+        if server.proc is None or server.proc.poll() is not None:
+            server.start()
+        yield server
+        return
     server = DaphneProcess(live_env).start()
     yield server
     server.stop()

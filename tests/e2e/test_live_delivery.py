@@ -8,7 +8,7 @@ import websockets
 
 from tests.support.wire_agent import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
 
 def tool(server, token, tool_name, **arguments):

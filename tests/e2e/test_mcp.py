@@ -13,7 +13,7 @@ import websockets
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
 NINE = [
     "spawn_teammate",
@@ -51,7 +51,7 @@ async def recv_type(ws, wanted, timeout=10):
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_an_mcp_client_lists_exactly_the_nine_tools_with_the_rest_schemas(live_env, daphne_server, mode):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create(f"mcp-tools-{mode}")
     rest_tools = {t["name"]: t for t in httpx.get(daphne_server.url + "/api/v1/tools").json()}
     async with mcp_client(daphne_server, team["lead"]["token"], mode) as client:
         listed = await client.list_tools()
@@ -63,7 +63,7 @@ async def test_an_mcp_client_lists_exactly_the_nine_tools_with_the_rest_schemas(
 
 
 async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, daphne_server):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-ws")
     lead = team["lead"]["token"]
     async with mcp_client(daphne_server, lead) as client:
         spawned = await client.call_tool(
@@ -71,7 +71,7 @@ async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, dap
         )
         assert not spawned.is_error
         assert spawned.structured_content["member"]["name"] == "implementer"
-        impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+        impl = live_env.manage_json("member_token", "mcp-ws", "implementer")["token"]
         async with websockets.connect(
             daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
         ) as ws:
@@ -107,16 +107,16 @@ async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, dap
             assert await asyncio.to_thread(lambda: rest(daphne_server, lead, "list_agents").status_code) == 200
     op = live_env.operator_create("op")
     listing = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/mcp/messages", headers={"Authorization": f"Token {op['token']}"}
+        f"{daphne_server.url}/api/v1/teams/mcp-ws/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert [(m["id"], m["state"]) for m in listing["messages"]] == [(result["message_id"], "delivered")]
 
 
 async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne_server):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-codes")
     lead = team["lead"]["token"]
     assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    impl = live_env.manage_json("member_token", "mcp-codes", "implementer")["token"]
     assert rest(daphne_server, lead, "send_message", target="implementer", message="a", idempotency_key="k").status_code == 200
     cases = [
         (lead, "send_message", {"target": "nobody", "message": "hi"}, "TEAM_UNKNOWN_TARGET"),
@@ -148,7 +148,7 @@ async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne
 
 
 async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_server):
-    live_env.team_create("mcp")
+    live_env.team_create("mcp-unauth")
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     for headers in [{}, {"Authorization": "Bearer sbm_not-a-token"}]:
         response = httpx.post(
@@ -174,10 +174,10 @@ async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_se
 
 
 async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_delivered(live_env, daphne_server):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-inbox")
     lead = team["lead"]["token"]
     assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    impl = live_env.manage_json("member_token", "mcp-inbox", "implementer")["token"]
     sent = [rest(daphne_server, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
     assert all(s["status"] == "queued" for s in sent)  # nobody to admit them to: they wait
 
@@ -199,16 +199,16 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
     assert got == [s["message_id"] for s in sent]
     op = live_env.operator_create("op")
     listing = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/mcp/messages", headers={"Authorization": f"Token {op['token']}"}
+        f"{daphne_server.url}/api/v1/teams/mcp-inbox/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert {m["state"] for m in listing["messages"]} == {"delivered"}
 
 
 async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env, daphne_server):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-wait")
     lead = team["lead"]["token"]
     assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    impl = live_env.manage_json("member_token", "mcp-wait", "implementer")["token"]
     async with websockets.connect(
         daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
     ) as ws:
@@ -226,7 +226,7 @@ async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env
 
 
 async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env, daphne_server):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-bad")
     headers = {
         "Authorization": f"Bearer {team['lead']['token']}",
         "Accept": "application/json, text/event-stream",
@@ -256,10 +256,10 @@ async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env,
 
 
 async def test_the_python_example_of_docs_mcp_md_runs_as_written(live_env, daphne_server, capsys):
-    team = live_env.team_create("mcp")
+    team = live_env.team_create("mcp-docs")
     lead = team["lead"]["token"]
     assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp", "implementer")["token"]
+    impl = live_env.manage_json("member_token", "mcp-docs", "implementer")["token"]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
     example = docs.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {"__name__": "docs_mcp_example"}  # not __main__: the test calls main with its own server
