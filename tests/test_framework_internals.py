@@ -1,4 +1,4 @@
-"""The one framework internal the project still relies on, checked so an upgrade fails here, loudly.
+"""The framework internals the project still relies on, checked so an upgrade fails here, loudly.
 
 config/asgi.py's ``AgentApiHandler`` replaces ``ASGIHandler.load_middleware``
 (Django's middleware chain, skipped for the agents' bearer-token API; see
@@ -10,17 +10,34 @@ either, this test names what changed.
 mailbox/db.py no longer touches asgiref internals (it uses ``SyncToAsync``'s
 public ``executor=`` argument); its test checks that a call runs on the
 project's own database threads.
+
+mailbox/layers.py (the channel layer on Redis) subclasses channels_redis's
+pub/sub layer, replaces its shards' receive loop and its per-loop layer
+factory, and reads their private state; the receive loop also drops redis-py's
+pub/sub connection. channels-redis is pinned to 4.x in pyproject.toml; the
+tests below name the internal and the installed version when an upgrade
+changes one, and play the whole layer once against a stand-in for Redis.
 """
+import asyncio
+import contextlib
+import hashlib
+import importlib.metadata
 import inspect
+import logging
+import textwrap
 import threading
 
 import django
 import pytest
+import redis.asyncio.client
+import redis.asyncio.connection
+from channels_redis import pubsub
+from channels_redis import utils as channels_redis_utils
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 
 from config.asgi import AgentApiHandler
-from mailbox import db
+from mailbox import db, layers
 
 
 def test_django_is_the_series_the_handler_override_was_written_for():
@@ -54,3 +71,172 @@ async def test_a_database_call_runs_on_the_projects_own_threads_and_knows_its_lo
     assert seen["thread"].startswith("steerboard-db")
     assert seen["loop"] is asyncio.get_running_loop()
     assert db.calling_loop() is None  # only set on the thread, for the call
+
+
+# --- mailbox/layers.py on channels_redis (and redis-py) --------------------------------------------
+CHANNELS_REDIS = f"channels_redis {importlib.metadata.version('channels-redis')}"
+REDIS_PY = f"redis-py {importlib.metadata.version('redis')}"
+
+
+def _changed(package: str, internal: str, how: str) -> str:
+    return f"{package}: {internal} {how}; mailbox/layers.py relies on it: re-check it"
+
+
+def _fingerprint(function) -> str:
+    return hashlib.sha256(textwrap.dedent(inspect.getsource(function)).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    "replaced, ours, fingerprint",
+    [
+        ("RedisSingleShardConnection._do_receiving", "_Shard._do_receiving", "645ec294718899fc"),
+        ("RedisPubSubChannelLayer._get_layer", "RedisPubSubLayer._get_layer", "40f40530d32ba6a6"),
+        ("RedisPubSubLoopLayer.__init__", "_LoopLayer.__init__, which swaps the _shards built there,", "a4d005b2fe9a61c3"),
+    ],
+    ids=["_do_receiving", "_get_layer", "loop_layer_init"],
+)
+def test_the_channels_redis_methods_mailbox_layers_replaces_are_the_ones_it_was_written_against(
+    replaced, ours, fingerprint
+):
+    cls, method = replaced.split(".")
+    function = getattr(getattr(pubsub, cls, None), method, None)
+    assert function is not None, _changed(CHANNELS_REDIS, f"channels_redis.pubsub.{replaced}", "is gone")
+    assert _fingerprint(function) == fingerprint, _changed(
+        CHANNELS_REDIS,
+        f"channels_redis.pubsub.{replaced}",
+        f"has changed (mailbox/layers.py's {ours} replaces it); port what changed, then update the fingerprint here",
+    )
+
+
+def test_the_channels_redis_classes_and_helpers_mailbox_layers_uses_are_there():
+    for name in ("RedisSingleShardConnection", "RedisPubSubLoopLayer", "RedisPubSubChannelLayer"):
+        assert isinstance(getattr(pubsub, name, None), type), _changed(CHANNELS_REDIS, f"channels_redis.pubsub.{name}", "is gone")
+    shard = pubsub.RedisSingleShardConnection
+    for name in ("_do_receiving", "_receive_message", "_ensure_receiver"):
+        assert callable(getattr(shard, name, None)), _changed(CHANNELS_REDIS, f"RedisSingleShardConnection.{name}", "is gone")
+    assert inspect.iscoroutinefunction(shard._do_receiving), _changed(
+        CHANNELS_REDIS, "RedisSingleShardConnection._do_receiving", "is no coroutine function"
+    )
+    assert "self._do_receiving()" in inspect.getsource(shard._ensure_receiver), _changed(
+        CHANNELS_REDIS, "RedisSingleShardConnection._ensure_receiver", "no longer runs self._do_receiving()"
+    )
+    assert list(inspect.signature(shard).parameters) == ["host", "channel_layer"], _changed(
+        CHANNELS_REDIS, "RedisSingleShardConnection(host, channel_layer)", "takes other arguments"
+    )
+    assert "channel_layer" in inspect.signature(pubsub.RedisPubSubLoopLayer).parameters, _changed(
+        CHANNELS_REDIS, "RedisPubSubLoopLayer(channel_layer=)", "is gone"
+    )
+    assert list(inspect.signature(channels_redis_utils._wrap_close).parameters) == ["proxy", "loop"], _changed(
+        CHANNELS_REDIS, "channels_redis.utils._wrap_close(proxy, loop)", "is gone or takes other arguments"
+    )
+
+
+def test_the_private_state_mailbox_layers_reads_is_set_by_channels_redis():
+    proxy = layers.RedisPubSubLayer(hosts=["redis://127.0.0.1:1/0"], prefix="internals")
+    for name in ("_args", "_kwargs", "_layers"):
+        assert name in vars(proxy), _changed(CHANNELS_REDIS, f"RedisPubSubChannelLayer.{name}", "is no longer set")
+    loop_layer = pubsub.RedisPubSubLoopLayer(hosts=["redis://127.0.0.1:1/0"], channel_layer=proxy)
+    shards = getattr(loop_layer, "_shards", None)
+    assert isinstance(shards, list) and shards, _changed(CHANNELS_REDIS, "RedisPubSubLoopLayer._shards", "is no list of shards")
+    for name in ("host", "_pubsub", "_redis"):
+        assert name in vars(shards[0]), _changed(CHANNELS_REDIS, f"RedisSingleShardConnection.{name}", "is no longer set")
+    assert shards[0]._pubsub is None, _changed(
+        CHANNELS_REDIS, "RedisSingleShardConnection._pubsub", "is made before first use (by _ensure_redis)"
+    )
+    assert pubsub.logger is logging.getLogger(pubsub.__name__), _changed(
+        CHANNELS_REDIS, f"the logger {pubsub.__name__!r}", "is not the one channels_redis.pubsub logs to"
+    )
+    assert any(isinstance(f, layers._CountedNotLogged) for f in pubsub.logger.filters)
+
+
+def test_the_redis_py_pubsub_attributes_the_receive_loop_uses_are_there():
+    client = redis.asyncio.Redis.from_url("redis://127.0.0.1:1/0")  # never connects
+    pubsub_client = client.pubsub()
+    assert isinstance(pubsub_client, redis.asyncio.client.PubSub)
+    assert "connection" in vars(pubsub_client) and pubsub_client.connection is None, _changed(
+        REDIS_PY, "PubSub.connection", "is no longer set (the receive loop disconnects it after a failure)"
+    )
+    assert pubsub_client.subscribed is False, _changed(REDIS_PY, "PubSub.subscribed", "is gone")
+    assert {"ignore_subscribe_messages", "timeout"} <= inspect.signature(pubsub_client.get_message).parameters.keys(), (
+        _changed(REDIS_PY, "PubSub.get_message(ignore_subscribe_messages=, timeout=)", "takes other arguments")
+    )
+    assert "_resubscribe(self.channels" in inspect.getsource(redis.asyncio.client.PubSub.on_connect), _changed(
+        REDIS_PY, "PubSub.on_connect", "no longer resubscribes its channels on a reconnect"
+    )
+    assert callable(getattr(redis.asyncio.connection.AbstractConnection, "disconnect", None)), _changed(
+        REDIS_PY, "Connection.disconnect", "is gone"
+    )
+
+
+class _StandInPubSub:
+    """What the receive loop and channels_redis's shard use of redis-py's PubSub."""
+
+    def __init__(self):
+        self.channels: set[str] = set()
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.connection = None
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self.channels)
+
+    async def subscribe(self, channel):
+        self.channels.add(channel)
+
+    async def unsubscribe(self, channel):
+        self.channels.discard(channel)
+
+    async def get_message(self, ignore_subscribe_messages, timeout):
+        try:
+            return await asyncio.wait_for(self.inbox.get(), timeout)
+        except TimeoutError:
+            return None
+
+
+class _StandInRedis:
+    closed = False
+
+    async def aclose(self, close_connection_pool):
+        self.closed = True
+
+
+def test_the_layer_receives_through_the_replaced_loop_and_is_flushed_when_its_loop_closes():
+    """The whole layer on one event loop, Redis played by a stand-in: the proxy's calls reach
+    our loop layer, a subscribe starts our receive loop, and what it gets reaches the channel
+    and the group through channels_redis's own bookkeeping."""
+    proxy = layers.RedisPubSubLayer(hosts=["redis://127.0.0.1:1/0"], prefix="internals")
+    stand_in = _StandInPubSub()
+    redis_stand_in = _StandInRedis()
+    seen = {}
+
+    async def play():
+        loop_layer = proxy._get_layer()
+        assert isinstance(loop_layer, layers._LoopLayer)
+        assert proxy._get_layer() is loop_layer and proxy._layers == {asyncio.get_running_loop(): loop_layer}
+        for shard in loop_layer._shards:
+            assert isinstance(shard, layers._Shard)
+            shard._redis, shard._pubsub = redis_stand_in, stand_in  # so _ensure_redis connects nothing
+        channel = await proxy.new_channel("internals.")
+        await proxy.group_add("team", channel)
+        seen["loop"] = loop_layer._get_shard(channel)._receive_task.get_coro().__qualname__
+        group_channel = loop_layer._get_group_channel_name("team")
+        for name, kind in ((channel, "direct"), (group_channel, "group")):
+            await stand_in.inbox.put({"channel": name.encode(), "data": proxy.serialize({"type": kind})})
+            with contextlib.suppress(TimeoutError):
+                seen[kind] = await asyncio.wait_for(proxy.receive(channel), 5)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(play())
+    finally:
+        loop.close()
+    assert seen["loop"] == "_Shard._do_receiving", _changed(
+        CHANNELS_REDIS, "RedisSingleShardConnection.subscribe", f"starts {seen['loop']}, not mailbox/layers.py's loop"
+    )
+    for kind in ("direct", "group"):
+        assert seen.get(kind) == {"type": kind}, _changed(
+            CHANNELS_REDIS, "RedisSingleShardConnection._receive_message", f"did not deliver a {kind} message in 5 s"
+        )
+    assert proxy._layers == {} and redis_stand_in.closed, _changed(
+        CHANNELS_REDIS, "channels_redis.utils._wrap_close", "no longer flushes the loop's layer when the loop closes"
+    )
