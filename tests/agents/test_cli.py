@@ -10,7 +10,7 @@ import pytest
 from tests.agents.support import Team
 from tests.support.live import ROOT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
 
 def agents(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ import pytest
 from agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
 
 class GatedModel:

@@ -8,7 +8,7 @@ from agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.agents.test_session_folding import GatedModel, until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
 
 class FailingOnce:
