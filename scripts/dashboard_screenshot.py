@@ -23,9 +23,10 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file, from scripts/: the checkout's tests/support too
+from tests.support.chromium import launch_chromium  # noqa: E402 (the browser tests' Chromium and flags)
+
 PASSWORD = "demo-screenshot-pw"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def main() -> int:
@@ -62,7 +63,7 @@ def main() -> int:
                 return demo.returncode or 1
             time.sleep(0.2)
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            browser = launch_chromium(playwright)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(str(marks["url"]))
             page.fill('input[name="username"]', "demo")

@@ -8,16 +8,10 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from tests.support.chromium import CHROMIUM_ARGS, launch_chromium  # noqa: F401 (CHROMIUM_ARGS: tests/e2e imports it here)
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 @pytest.fixture
@@ -27,7 +21,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        chromium = launch_chromium(playwright)
         yield chromium
         chromium.close()
 
