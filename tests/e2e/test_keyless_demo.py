@@ -171,7 +171,7 @@ def test_demo_team_runs_the_workflow_again_in_the_same_team(tmp_path):
 def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from tests.frontend.conftest import CHROMIUM_ARGS
+    from tests.support.chromium import launch_chromium
 
     running = RunningDemo(tmp_path / "var", "--step-delay", "0.3")
     try:
@@ -180,7 +180,7 @@ def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path)
         time.sleep(3)
         assert "Kickoff" not in running.out(), "nobody is looking yet"
         with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            chromium = launch_chromium(playwright)
             page = chromium.new_page()
             page.set_default_timeout(30_000)
             page.goto(url)  # not signed in: the login page, which comes back here

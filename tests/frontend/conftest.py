@@ -8,7 +8,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.support.chromium import CHROMIUM_ARGS, launch_chromium  # noqa: F401 (CHROMIUM_ARGS: tests/e2e imports it here)
+from tests.support.chromium import launch_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
