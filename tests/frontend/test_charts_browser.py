@@ -1,7 +1,10 @@
 """The team page in Chromium: charts with real ticks and numbers over a chosen window, relative
-ages with the exact time on hover, the team list seeing teams other processes make, the Lead's
-lane after an MCP inbox read, the prompt form following its prompt, and a layout that holds at
-1280 px and at a phone's 390 px."""
+ages with the exact time on hover, the Lead's lane after an MCP inbox read, the prompt form
+following its prompt, and a layout that holds at 1280 px and at a phone's 390 px.
+
+The tests share one server (shared_server), each on a team of its own: every chart and number
+they read is their team's. (The team list seeing teams other processes make counts the teams
+on its server: tests/frontend/test_team_list.py, on a server of its own.)"""
 import asyncio
 import json
 import re
@@ -12,7 +15,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
 # Twenty deliveries to the implementer over the last twelve minutes (18 in 1 s, 2 in 30 s),
 # five to the reviewer forty minutes ago (2 s each), two messages still queued for the reviewer.
@@ -173,29 +176,6 @@ def test_a_phone_width_has_no_horizontal_overflow_and_the_page_works_by_keyboard
     expect(announcer).to_contain_text("lead is now idle")
     _no_horizontal_overflow(page)
     assert page.page_errors == []
-
-
-def test_a_team_made_by_manage_py_team_create_appears_on_an_open_team_list(live_env, daphne_server, page):
-    server = daphne_server
-    live_env.team_create("first")
-    live_env.operator_create("viewer", viewer=True)
-    login(page, server, "viewer", "pw-viewer")
-    expect(page.locator("body")).to_have_attribute("data-connection", "live")
-    page.evaluate("window.__sameDocument = true")
-    expect(page.locator("[data-team]")).to_have_count(1)
-    created = page.locator('[data-team="first"] time[data-ago]')
-    expect(created).to_have_text(re.compile(r"^created (\d+ s ago|just now)$"))
-
-    live_env.team_create("second")  # another process, no channel layer in common on the embedded default
-    expect(page.locator('[data-team="second"]')).to_be_visible(timeout=10_000)
-    # ... and that team's changes arrive live too (its dashboard group was joined).
-    tool(server, _lead(live_env, "second"), "spawn_teammate", name="helper", description="d", prompt="")
-    expect(page.locator('[data-team="second"] [data-member="helper"]')).to_be_visible(timeout=10_000)
-    assert page.evaluate("window.__sameDocument") is True
-
-
-def _lead(live_env, team: str) -> str:
-    return live_env.manage_json("member_token", team, "lead")["token"]
 
 
 def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(live_env, daphne_server, page):

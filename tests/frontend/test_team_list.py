@@ -1,4 +1,8 @@
-"""The team list: a card per team whose summary follows the team live."""
+"""The team list: a card per team whose summary follows the team live, and teams other
+processes make appear on it. Both count the teams on their server: each test has a server
+of its own (not shared_server)."""
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -29,3 +33,26 @@ def test_team_list_summaries_follow_statuses_and_messages_live(live_env, daphne_
     card.click()
     page.wait_for_url(f"{server.url}/teams/epsilon/")
     expect(page.locator('[data-member="implementer"] [data-message-id]')).to_have_attribute("data-state", "queued")
+
+
+def test_a_team_made_by_manage_py_team_create_appears_on_an_open_team_list(live_env, daphne_server, page):
+    server = daphne_server
+    live_env.team_create("first")
+    live_env.operator_create("viewer", viewer=True)
+    login(page, server, "viewer", "pw-viewer")
+    expect(page.locator("body")).to_have_attribute("data-connection", "live")
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator("[data-team]")).to_have_count(1)
+    created = page.locator('[data-team="first"] time[data-ago]')
+    expect(created).to_have_text(re.compile(r"^created (\d+ s ago|just now)$"))
+
+    live_env.team_create("second")  # another process, no channel layer in common on the embedded default
+    expect(page.locator('[data-team="second"]')).to_be_visible(timeout=10_000)
+    # ... and that team's changes arrive live too (its dashboard group was joined).
+    tool(server, _lead(live_env, "second"), "spawn_teammate", name="helper", description="d", prompt="")
+    expect(page.locator('[data-team="second"] [data-member="helper"]')).to_be_visible(timeout=10_000)
+    assert page.evaluate("window.__sameDocument") is True
+
+
+def _lead(live_env, team: str) -> str:
+    return live_env.manage_json("member_token", team, "lead")["token"]
