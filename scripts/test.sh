@@ -31,9 +31,11 @@ fi
 
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 # Many tests wait on real processes (daphne starts, Chromium, PostgreSQL restarts): four
-# pytest-xdist workers overlap those waits and keep both cores busy.
+# pytest-xdist workers overlap those waits and keep both cores busy. Each test goes to
+# whichever worker is free, except that a shared_server module's tests stay on one worker
+# together (tests/conftest.py groups them), so the slow files do not queue up on one worker.
 # STEERBOARD_TEST_WORKERS=0 runs everything in this process (pytest's own -n overrides).
-workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadfile)
+workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadgroup)
 
 # Both runs need the services: the PostgreSQL run for everything, the embedded
 # run for the multi-process tests (tests/e2e/test_multiprocess.py makes its own

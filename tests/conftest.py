@@ -42,6 +42,16 @@ def _close_worker_connections():
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A ``shared_server`` module's tests run on one pytest-xdist worker together (scripts/test.sh
+    runs ``--dist loadgroup``), so the module starts its one server once; every other test goes
+    to whichever worker is free."""
+    for item in items:
+        if item.get_closest_marker("shared_server") is not None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture(scope="module")
 def module_live_env(tmp_path_factory):
     from tests.support.live import LiveEnvironment
