@@ -95,6 +95,17 @@ def _heard(context: StepContext, sender: str, marker: str) -> dict | None:
     return None
 
 
+def _exchange(context: StepContext, peer: str, marker: str, message: str, *, answer: str) -> ModelReply | None:
+    """Tell ``peer`` ``message`` (once: it carries ``marker``), then wait for its message carrying
+    ``answer``: the step to take until that answer is in the context, None once it is."""
+    waiting = ToolCall("await_message", {"sender": peer})
+    if not _sent(context.calls(), peer, marker):
+        return _send(peer, message, waiting)
+    if _heard(context, peer, answer) is None:
+        return ModelReply(tool_calls=[waiting])
+    return None
+
+
 def _refused_update(calls: list[dict], task_id: str) -> bool:
     """The latest call about this task was a refused update: read the task before trying again."""
     about = [c for c in calls if c["arguments"].get("task_id") == task_id]
@@ -103,6 +114,25 @@ def _refused_update(calls: list[dict], task_id: str) -> bool:
 
 def _stuck(calls: list[dict], task_id: str) -> bool:
     return sum(1 for c in calls if c["arguments"].get("task_id") == task_id and "error" in c) >= 3
+
+
+def _claim_step(calls: list[dict], task_id: str, task: dict, once_ready: bool = False) -> ModelReply | None:
+    """The step that comes first with one's own task, if any: give up after three refusals,
+    read the task back after a refused update (``once_ready``: also while its blockers are
+    open), claim it while it is pending."""
+    if _stuck(calls, task_id):
+        return ModelReply(text=f"I cannot move {task_id} forward; the Lead should look at the board.")
+    if _refused_update(calls, task_id) or (once_ready and task["status"] == "pending" and not task["ready"]):
+        return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": task_id})])
+    if task["status"] == "pending":
+        return _update(task_id, task, "claim")
+    return None
+
+
+def _created(calls: list[dict]) -> str | None:
+    """The id of the task this member created, once the server has answered."""
+    created = [c for c in _said(calls, "team_task_create") if "result" in c]
+    return created[0]["result"]["task"]["id"] if created else None
 
 
 def _last_task(calls: list[dict], task_id: str) -> dict | None:
@@ -197,56 +227,41 @@ class KeylessModel:
     # --- the implementer -------------------------------------------------------------------------
     def implementer(self, context: StepContext) -> ModelReply:
         calls = context.calls()
-        await_researcher = ToolCall("await_message", {"sender": "researcher"})
-        if not _sent(calls, "researcher", READY):
-            return _send(
-                "researcher",
-                f"{READY} I am building the feature on top of your research. Please create "
-                "the research task, claim it and tell me its id.",
-                await_researcher,
-            )
+        asking = _exchange(
+            context, "researcher", READY,
+            f"{READY} I am building the feature on top of your research. Please create "
+            "the research task, claim it and tell me its id.",
+            answer=TASK1_CLAIMED,
+        )
+        if asking:
+            return asking
         claimed = _heard(context, "researcher", TASK1_CLAIMED)
-        if claimed is None:
-            return ModelReply(tool_calls=[await_researcher])
         research = (re.findall(r"task-\d+", (claimed.get("text") or "").replace(TASK1_CLAIMED, "")) or ["task-1"])[0]
-        created = [c for c in _said(calls, "team_task_create") if "result" in c]
-        if not created:
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "team_task_create",
-                        {
-                            "subject": "Implement the feature",
-                            "description": f"Build the feature on the findings of {research}.",
-                            "blocked_by": [research],
-                        },
-                    )
-                ]
+        mine = _created(calls)
+        if mine is None:
+            return _call(
+                "team_task_create",
+                {
+                    "subject": "Implement the feature",
+                    "description": f"Build the feature on the findings of {research}.",
+                    "blocked_by": [research],
+                },
             )
-        mine = created[0]["result"]["task"]["id"]
-        if not _sent(calls, "researcher", TASK2_BLOCKED):
-            return _send(
-                "researcher",
-                f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
-                await_researcher,
-            )
-        if _heard(context, "researcher", TASK1_DONE) is None:
-            return ModelReply(tool_calls=[await_researcher])
+        asking = _exchange(
+            context, "researcher", TASK2_BLOCKED,
+            f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
+            answer=TASK1_DONE,
+        )
+        if asking:
+            return asking
         task = _last_task(calls, mine)
-        if _stuck(calls, mine):
-            return ModelReply(text=f"I cannot move {mine} forward; the Lead should look at the board.")
-        if _refused_update(calls, mine) or (task["status"] == "pending" and not task["ready"]):
-            return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
-        if task["status"] == "pending":
-            return _update(mine, task, "claim")
-        if task["status"] == "in_progress":
-            return _update(mine, task, "complete")
-        if not _sent(calls, "lead", TASK2_DONE):
-            return _send("lead", f"{TASK2_DONE} {mine} is completed, built on {research}.")
-        closing = f"{mine} is completed and the Lead has my report."
-        if _said_before(context, closing):
-            return _ack(context)
-        return ModelReply(text=closing)
+        claiming = _claim_step(calls, mine, task, once_ready=True)
+        if claiming:
+            return claiming
+        return _finish(
+            context, mine, task, "lead", TASK2_DONE, f"{TASK2_DONE} {mine} is completed, built on {research}.",
+            closing=f"{mine} is completed and the Lead has my report.",
+        )
 
     # --- the researcher -------------------------------------------------------------------------
     def researcher(self, context: StepContext) -> ModelReply:
@@ -254,41 +269,41 @@ class KeylessModel:
         if _heard(context, "implementer", READY) is None:
             # The spawn prompt's turn: nothing to do until the implementer asks.
             return ModelReply(text=f"researcher: {WAITING}.")
-        created = [c for c in _said(calls, "team_task_create") if "result" in c]
-        if not created:
-            return ModelReply(
-                tool_calls=[
-                    ToolCall(
-                        "team_task_create",
-                        {"subject": "Research the approach", "description": "Find what the feature should build on."},
-                    )
-                ]
+        mine = _created(calls)
+        if mine is None:
+            return _call(
+                "team_task_create",
+                {"subject": "Research the approach", "description": "Find what the feature should build on."},
             )
-        mine = created[0]["result"]["task"]["id"]
         task = _last_task(calls, mine)
-        if _stuck(calls, mine):
-            return ModelReply(text=f"I cannot move {mine} forward; the Lead should look at the board.")
-        if _refused_update(calls, mine):
-            return ModelReply(tool_calls=[ToolCall("team_task_get", {"task_id": mine})])
-        if task["status"] == "pending":
-            return _update(mine, task, "claim")
-        await_implementer = ToolCall("await_message", {"sender": "implementer"})
-        if not _sent(calls, "implementer", TASK1_CLAIMED):
-            return _send(
-                "implementer",
-                f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
-                await_implementer,
-            )
-        if _heard(context, "implementer", TASK2_BLOCKED) is None:
-            return ModelReply(tool_calls=[await_implementer])
-        if task["status"] == "in_progress":
-            return _update(mine, task, "complete")
-        if not _sent(calls, "implementer", TASK1_DONE):
-            return _send("implementer", f"{TASK1_DONE} {mine} is completed: build on it.")
-        closing = f"{mine} is completed; the implementer knows."
-        if _said_before(context, closing):
-            return _ack(context)
-        return ModelReply(text=closing)
+        claiming = _claim_step(calls, mine, task)
+        if claiming:
+            return claiming
+        asking = _exchange(
+            context, "implementer", TASK1_CLAIMED,
+            f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
+            answer=TASK2_BLOCKED,
+        )
+        if asking:
+            return asking
+        return _finish(
+            context, mine, task, "implementer", TASK1_DONE, f"{TASK1_DONE} {mine} is completed: build on it.",
+            closing=f"{mine} is completed; the implementer knows.",
+        )
+
+
+def _finish(
+    context: StepContext, task_id: str, task: dict, peer: str, marker: str, message: str, *, closing: str
+) -> ModelReply:
+    """The last steps with one's own task: complete it, tell ``peer`` ``message`` (once: it
+    carries ``marker``), say ``closing``; a later turn only acknowledges."""
+    if task["status"] == "in_progress":
+        return _update(task_id, task, "complete")
+    if not _sent(context.calls(), peer, marker):
+        return _send(peer, message)
+    if _said_before(context, closing):
+        return _ack(context)
+    return ModelReply(text=closing)
 
 
 def _said_before(context: StepContext, closing: str) -> bool:
