@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
 
 def _setup(live_env, server, team: str, *members: str) -> dict:
