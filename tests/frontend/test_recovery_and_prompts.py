@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
 
 def _inactive_teammate(live_env, server, agents, team: str, lead: str) -> None:
