@@ -20,7 +20,7 @@ from tests.delegation.support import (
 )
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240), pytest.mark.shared_server]
 
 
 def credential(team: Team, name: str) -> str:
