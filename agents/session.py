@@ -89,22 +89,10 @@ class AgentSession:
         """The model (made by ``model_factory`` once the session knows its member)."""
         return self._turns.model
 
-    @model.setter
-    def model(self, model: Model | None) -> None:
-        self._turns.model = model
-
-    @property
-    def model_factory(self) -> Callable[[str], Model] | None:
-        return self._turns.model_factory
-
     @property
     def instructions(self) -> str | None:
-        """The team policy the model's steps carry (read from the server unless set before ``run``)."""
+        """The team policy the model's steps carry, read from the server when turns start."""
         return self._turns.instructions
-
-    @instructions.setter
-    def instructions(self, instructions: str | None) -> None:
-        self._turns.instructions = instructions
 
     @property
     def unacknowledged(self) -> int:
