@@ -95,11 +95,13 @@ def _heard(context: StepContext, sender: str, marker: str) -> dict | None:
     return None
 
 
-def _exchange(context: StepContext, peer: str, marker: str, message: str, *, answer: str) -> ModelReply | None:
+def _exchange(
+    context: StepContext, calls: list[dict], peer: str, marker: str, message: str, *, answer: str
+) -> ModelReply | None:
     """Tell ``peer`` ``message`` (once: it carries ``marker``), then wait for its message carrying
     ``answer``: the step to take until that answer is in the context, None once it is."""
     waiting = ToolCall("await_message", {"sender": peer})
-    if not _sent(context.calls(), peer, marker):
+    if not _sent(calls, peer, marker):
         return _send(peer, message, waiting)
     if _heard(context, peer, answer) is None:
         return ModelReply(tool_calls=[waiting])
@@ -228,7 +230,7 @@ class KeylessModel:
     def implementer(self, context: StepContext) -> ModelReply:
         calls = context.calls()
         asking = _exchange(
-            context, "researcher", READY,
+            context, calls, "researcher", READY,
             f"{READY} I am building the feature on top of your research. Please create "
             "the research task, claim it and tell me its id.",
             answer=TASK1_CLAIMED,
@@ -248,7 +250,7 @@ class KeylessModel:
                 },
             )
         asking = _exchange(
-            context, "researcher", TASK2_BLOCKED,
+            context, calls, "researcher", TASK2_BLOCKED,
             f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
             answer=TASK1_DONE,
         )
@@ -259,7 +261,8 @@ class KeylessModel:
         if claiming:
             return claiming
         return _finish(
-            context, mine, task, "lead", TASK2_DONE, f"{TASK2_DONE} {mine} is completed, built on {research}.",
+            context, calls, mine, task,
+            "lead", TASK2_DONE, f"{TASK2_DONE} {mine} is completed, built on {research}.",
             closing=f"{mine} is completed and the Lead has my report.",
         )
 
@@ -280,26 +283,28 @@ class KeylessModel:
         if claiming:
             return claiming
         asking = _exchange(
-            context, "implementer", TASK1_CLAIMED,
+            context, calls, "implementer", TASK1_CLAIMED,
             f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
             answer=TASK2_BLOCKED,
         )
         if asking:
             return asking
         return _finish(
-            context, mine, task, "implementer", TASK1_DONE, f"{TASK1_DONE} {mine} is completed: build on it.",
+            context, calls, mine, task,
+            "implementer", TASK1_DONE, f"{TASK1_DONE} {mine} is completed: build on it.",
             closing=f"{mine} is completed; the implementer knows.",
         )
 
 
 def _finish(
-    context: StepContext, task_id: str, task: dict, peer: str, marker: str, message: str, *, closing: str
+    context: StepContext, calls: list[dict], task_id: str, task: dict,
+    peer: str, marker: str, message: str, *, closing: str,
 ) -> ModelReply:
     """The last steps with one's own task: complete it, tell ``peer`` ``message`` (once: it
     carries ``marker``), say ``closing``; a later turn only acknowledges."""
     if task["status"] == "in_progress":
         return _update(task_id, task, "complete")
-    if not _sent(context.calls(), peer, marker):
+    if not _sent(calls, peer, marker):
         return _send(peer, message)
     if _said_before(context, closing):
         return _ack(context)
