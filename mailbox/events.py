@@ -274,6 +274,14 @@ def dashboard_ring(team_id: int, event: dict) -> None:
     loop.call_later(DASHBOARD_RING_INTERVAL, _interval_over, key)
 
 
+def rings_pending(team_id: int) -> bool:
+    """On the event loop: whether a doorbell rung on this loop has still to go out: the
+    team's interval is running (its closing ring may follow), or a publish is in flight.
+    Only this loop's publishes count (a test's closed loop may leave one pending for good)."""
+    loop = asyncio.get_running_loop()
+    return (loop, team_id) in _rings or any(t.get_loop() is loop and not t.done() for t in _in_flight)
+
+
 def _interval_over(key) -> None:
     folded = _rings.pop(key, None)
     if folded is not None:

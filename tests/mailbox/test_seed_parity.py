@@ -136,18 +136,10 @@ async def _running_teammate(api, team):
 
 
 async def doorbells_rung(team) -> None:
-    """Until every doorbell of the team rung so far has gone out: no ring interval is
-    running (a ring within one goes out when it ends, mailbox/events.dashboard_ring) and
-    no publish is in flight on this loop (an earlier test's loop may have closed with one of
-    its publishes still pending). A wait that starts after this hears only its own subscribe."""
-    loop = asyncio.get_running_loop()
-    key = (loop, team["team"].pk)
-
-    def publishing() -> bool:
-        return any(task.get_loop() is loop and not task.done() for task in events._in_flight)
-
+    """Until every doorbell of the team rung so far has gone out (mailbox/events.rings_pending).
+    A wait that starts after this hears only its own subscribe."""
     async with asyncio.timeout(5):
-        while key in events._rings or publishing():
+        while events.rings_pending(team["team"].pk):
             await asyncio.sleep(0.01)
 
 
