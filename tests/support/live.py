@@ -151,7 +151,7 @@ class LiveEnvironment:
         a process that started Django once, with the environment as it is now."""
         if self._worker is None or self._worker.env != self.env:
             self._worker_stop()
-            self._worker = _ManageWorker(dict(self.env))
+            self._worker = _ManageWorker(dict(self.env), self.tmp_path / "manage-worker.log")
         answer = self._worker.run(list(args), timeout=120)
         if check and answer["code"] != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed: {answer['stderr'][-2000:]}")
@@ -199,23 +199,31 @@ class LiveEnvironment:
 class _ManageWorker:
     """One ``python -m tests.support.manage_worker`` process: a command a line in, an answer a line out."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, log_path: Path):
         self.env = env
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.manage_worker"],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        self.log_path = log_path  # the worker's own stderr: Django's start-up and logging
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.manage_worker"],
+                cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+            )
 
     def run(self, args: list[str], timeout: float) -> dict:
         assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps(args) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
+        try:
+            self.proc.stdin.write(json.dumps(args) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:  # it ended (Django did not start): the log below says why
+            line = ""
+        else:
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else ""
         if not line:
             self.stop()
-            raise RuntimeError(f"manage.py {' '.join(args)}: no answer from the manage worker in {timeout}s")
+            raise RuntimeError(
+                f"manage.py {' '.join(args)}: no answer from the manage worker in {timeout}s "
+                f"(exit {self.proc.returncode}): {self.log_path.read_text(errors='replace')[-2000:]}"
+            )
         return json.loads(line)
 
     def stop(self) -> None:
