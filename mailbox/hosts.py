@@ -78,9 +78,10 @@ def members_start_pending(*, team_id: int | None = None) -> int:
     qs = Member.objects.filter(phase=Phase.PROVISIONING, session_state=SessionState.INACTIVE, team_id__in=with_host)
     if team_id is not None:
         qs = qs.filter(team_id=team_id)
-    for member in qs[:100]:
+    for member_id in list(qs.values_list("pk", flat=True)[:100]):
         with transaction.atomic():
-            locked = Member.objects.select_for_update(skip_locked=True, no_key=True).filter(pk=member.pk).first()
+            # Read again under the lock: a session may have said hello since the query above.
+            locked = qs.select_for_update(skip_locked=True, no_key=True).filter(pk=member_id).first()
             if locked is None or start_is_fresh(locked):
                 continue
             try:
