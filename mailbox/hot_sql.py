@@ -4,6 +4,11 @@ vendor, the driver's own cursor it runs them on, and what the process's writer
 (``hot_transaction``), its pipeline (``jobs_piped``) and its Lead-log records in
 one statement (``log_rows_flush``).
 
+The Lead-log records are the Lead log's (mailbox/lead_log_records.py): each
+record's fields, the batch INSERT ``log_rows_flush`` runs and the INSERT clauses
+of the PostgreSQL statements come from there, and this module composes its
+statements from them and runs them.
+
 Below both the jobs and the database threads: mailbox/db.py builds the writer
 with these three, and hot_path's jobs run the statements; neither needs the other.
 """
@@ -12,7 +17,10 @@ import contextlib
 from django.db import connection
 
 from mailbox import sqlcount
-from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, LeadLogRecord, LogKind, TeamMessage
+from mailbox.lead_log_records import (
+    accepted_record, delivered_record, queued_record, records_from, records_select, rows_insert, rows_values,
+)
+from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, LogKind, TeamMessage
 from mailbox.writer import Batch
 from teams.errors import TeamError
 from teams.models import Member
@@ -28,7 +36,7 @@ class Statements:
     def __init__(self, vendor: str):
         json_value = "CAST(%s AS jsonb)" if vendor == "postgresql" else "%s"
         member, message = Member._meta.db_table, TeamMessage._meta.db_table
-        history, log_table = HistoryEntry._meta.db_table, LeadLogRecord._meta.db_table
+        history = HistoryEntry._meta.db_table
         hosts = HostPresence._meta.db_table
 
         def pending(state: str) -> str:
@@ -74,8 +82,8 @@ class Statements:
             f"UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %s "
             f"WHERE id = %s AND target_id = %s AND state = 'queued'"
         )
-        self.log_insert_head = f"INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) VALUES "
-        self.log_row = f"(%s, %s, %s, {json_value}, %s)"
+        # The batch INSERT of the Lead-log records the jobs append (log_rows_flush).
+        self.log_insert_head, self.log_row = rows_values(json_value)
         if vendor != "postgresql":
             self.send_piped = self.entry_piped = None
             return
@@ -89,6 +97,18 @@ class Statements:
         pending_all = (
             f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ('queued', 'accepted'))"
         )
+        # The send's records: queued, and accepted when admitted in the same statement.
+        send_records = records_from(
+            records_select(
+                LogKind.MESSAGE_QUEUED, queued_record(sender="CAST(%(sender_name)s AS text)", target=text, seq="t.seq"),
+                team="%(team)s", message="%(id)s", now="%(now)s", source="t",
+            ),
+            records_select(
+                LogKind.MESSAGE_ACCEPTED,
+                accepted_record(target=text, seq="t.seq", target_status="t.session_state", redelivery="false"),
+                team="%(team)s", message="%(id)s", now="%(now)s", source="t", where="t.admit",
+            ),
+        )
         self.send_piped = (
             f"WITH t AS (UPDATE {member} SET next_seq = next_seq + 1 "
             f"WHERE team_id = %(team)s AND name = %(target)s AND phase NOT IN ('retired', 'failed') "
@@ -100,12 +120,15 @@ class Statements:
             f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, "
             f"CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
             f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
-            f"l AS (INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) "
-            f"SELECT %(team)s, '{LogKind.MESSAGE_QUEUED}', %(id)s, jsonb_build_object('sender', "
-            f"CAST(%(sender_name)s AS text), 'target', {text}, 'seq', t.seq), %(now)s FROM t "
-            f"UNION ALL SELECT %(team)s, '{LogKind.MESSAGE_ACCEPTED}', %(id)s, jsonb_build_object('target', {text}, "
-            f"'seq', t.seq, 'target_status', t.session_state, 'redelivery', false), %(now)s FROM t WHERE t.admit) "
+            f"l AS ({send_records}) "
             f"SELECT t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit FROM t"
+        )
+        entry_records = records_from(
+            records_select(
+                LogKind.MESSAGE_DELIVERED, delivered_record(target="CAST(%(name)s AS text)", seq="d.seq"),
+                team="%(team)s", message="%(message)s", now="%(now)s", source="d",
+            ),
+            skip_existing=True,
         )
         self.entry_piped = (
             f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
@@ -117,9 +140,7 @@ class Statements:
             f"AND (EXISTS (SELECT 1 FROM h) "
             f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
             f"RETURNING seq), "
-            f"l AS (INSERT INTO {log_table} (team_id, kind, message_id, data, created_at) "
-            f"SELECT %(team)s, '{LogKind.MESSAGE_DELIVERED}', %(message)s, jsonb_build_object('target', "
-            f"CAST(%(name)s AS text), 'seq', d.seq), %(now)s FROM d ON CONFLICT DO NOTHING), "
+            f"l AS ({entry_records}), "
             f"p AS (UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %(now)s "
             f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = 'queued') "
             f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
@@ -273,10 +294,6 @@ def log_rows_flush(batch: Batch) -> None:
     if not batch.log_rows:
         return
     sql = statements(batch.db)
-    now = batch.now_db
-    params: list = []
-    for team_id, kind, message_id, data in batch.log_rows:
-        params += [team_id, kind, message_id, data, now]
-    statement = sql.log_insert_head + ", ".join([sql.log_row] * len(batch.log_rows)) + " ON CONFLICT DO NOTHING"
+    statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
     with HotCursor(batch.db) as cursor:
         cursor.execute(statement, params, prepare=False)
