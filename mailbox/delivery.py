@@ -49,6 +49,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from mailbox import events, faults, hosts, lead_log, selectors, wire
+from mailbox.lead_log_records import accepted_record, delivered_record, failed_record, queued_record, retried_record
 from mailbox.models import (
     HistoryEntry,
     LogKind,
@@ -168,7 +169,7 @@ def _message_store(
     lead_log.message_logged(
         message=message,
         kind=LogKind.MESSAGE_QUEUED,
-        data={"sender": sender.name, "target": target.name, "seq": message.seq},
+        data=queued_record(sender=sender.name, target=target.name, seq=message.seq),
         target=target.name,
     )
     message.sender, message.target = sender, target
@@ -240,7 +241,9 @@ def target_admit(
             team_id=target.team_id,
             kind=LogKind.MESSAGE_ACCEPTED,
             records=(
-                (m.id, {"target": target.name, "seq": m.seq, "target_status": status, "redelivery": m.id not in queued_ids})
+                (m.id, accepted_record(
+                    target=target.name, seq=m.seq, target_status=status, redelivery=m.id not in queued_ids
+                ))
                 for m in pending
             ),
             target=target.name,
@@ -260,7 +263,7 @@ def retry_logged(*, messages: list[TeamMessage], by: str) -> None:
             lead_log.messages_logged(
                 team_id=listed[0].team_id,
                 kind=LogKind.MESSAGE_RETRIED,
-                records=((m.id, {"target": name, "seq": m.seq, "state": m.state, "by": by}) for m in listed),
+                records=((m.id, retried_record(target=name, seq=m.seq, state=m.state, by=by)) for m in listed),
                 target=name,
             )
 
@@ -336,7 +339,9 @@ def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str,
     lead_log.messages_logged(
         team_id=target.team_id,
         kind=LogKind.MESSAGE_FAILED,
-        records=((m.id, {"target": target.name, "seq": m.seq, "error": error, "waiting": waiting}) for m in changed),
+        records=(
+            (m.id, failed_record(target=target.name, seq=m.seq, error=error, waiting=waiting)) for m in changed
+        ),
         target=target.name,
         name_messages=False,
     )
@@ -424,7 +429,7 @@ def message_mark_delivered(*, message_id: str) -> bool:
         lead_log.message_logged(
             message=message,
             kind=LogKind.MESSAGE_DELIVERED,
-            data={"target": message.target.name, "seq": message.seq},
+            data=delivered_record(target=message.target.name, seq=message.seq),
             target=message.target.name,
         )
     return True

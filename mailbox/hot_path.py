@@ -21,6 +21,7 @@ from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer
 from mailbox.db import to_db_thread, writer
 from mailbox.delivery import message_admit_enqueued, message_validate, refuse_phase
+from mailbox.lead_log_records import accepted_record, delivered_record, queued_record
 from mailbox.models import (
     LogKind,
     MessageKind,
@@ -118,14 +119,15 @@ class SendJob(_writer.Job):
         self.created_at = batch.now
         batch.log(
             team_id=sender.team_id, kind=LogKind.MESSAGE_QUEUED, message_id=self.message_id,
-            data=json.dumps({"sender": sender.name, "target": self.target_name, "seq": self.seq}),
+            data=json.dumps(queued_record(sender=sender.name, target=self.target_name, seq=self.seq)),
         )
         if self.admitted:
             batch.log(
                 team_id=sender.team_id, kind=LogKind.MESSAGE_ACCEPTED, message_id=self.message_id,
                 data=json.dumps(
-                    {"target": self.target_name, "seq": self.seq, "target_status": self.target_status,
-                     "redelivery": False}
+                    accepted_record(
+                        target=self.target_name, seq=self.seq, target_status=self.target_status, redelivery=False
+                    )
                 ),
             )
 
@@ -239,7 +241,7 @@ class EntryJob(_writer.Job):
                 self.delivered = True
                 batch.log(
                     team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=self.message_id,
-                    data=json.dumps({"target": member.name, "seq": seq}),
+                    data=json.dumps(delivered_record(target=member.name, seq=seq)),
                 )
             elif self.message_id:  # folded, deferred, or not this member's message at all
                 cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
