@@ -1,12 +1,17 @@
 """The Lead log: each team's append-only record of what happened, and its readers.
 
-Every record is written here (docs/delivery.md, "The Lead log"): a function
-appends the record in the caller's transaction and rings the team's dashboards
-once that transaction commits, so whatever path changed something (a tool, a
-session, an operator, a management command, recovery) logs and notifies the
-same way. The one exception is the send/deliver hot path (mailbox/hot_path.py),
-which batches the same rows into one INSERT per writer batch (``batch.log``)
-and rings the dashboards itself after the batch commits.
+Every record is written by the Lead log (docs/delivery.md, "The Lead log"): a
+function here appends the record in the caller's transaction and rings the team's
+dashboards once that transaction commits, so whatever path changed something (a
+tool, a session, an operator, a management command, recovery) logs and notifies
+the same way. What a message record holds, and the SQL that appends records, are
+defined once, in mailbox/lead_log_records.py: the callers here build each record's
+data with its builders (``queued_record``, ``accepted_record``, ...), and so does
+the send/deliver hot path (mailbox/hot_path.py), whose statements
+(mailbox/hot_sql.py) append its records with that module's INSERTs: one per writer
+batch (``batch.log``, ``log_rows_flush``) on SQLite, a clause of each job's one
+statement on PostgreSQL. The hot path rings the dashboards itself after its batch
+commits.
 
 The readers: ``message_trace`` (one message's history, for the trace page and
 ``GET /api/v1/teams/<team>/messages/<id>``).
