@@ -5,15 +5,16 @@ first) and returns, without any I/O, what the session restores: the team
 messages the conversation already holds (so folding knows them and the inbox
 knows where ``seq`` stands), the prompts that already had their turn (so a
 prompt pushed again is not run again), and the turn the history left
-unfinished, if any (its ``turn_start`` has no ``turn_end``; the latest such
-turn is the one to continue). agents/session.py applies it; agents/turns.py
-continues the open turn.
+unfinished, if any, with its entries (agents/history_turns.py says which
+entries are in which turn, and which turn is open). agents/session.py applies
+it; agents/turns.py continues the open turn.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from agents.history_turns import HistoryTurns
 
 
 class HeldMessage(NamedTuple):
@@ -26,10 +27,11 @@ class HeldMessage(NamedTuple):
 
 @dataclass(frozen=True)
 class OpenTurn:
-    """A turn the history started and never ended."""
+    """A turn the history started and never ended, with its entries (oldest first)."""
 
     turn_id: str
     cause: str | None
+    entries: tuple[dict, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,8 @@ def resume_point(entries: list[dict]) -> ResumePoint:
     messages: list[HeldMessage] = []
     team: str | None = None
     prompts: dict[str, dict] = {}
-    open_turns: OrderedDict[str, dict] = OrderedDict()
+    turns = HistoryTurns()  # the turn rule the dashboard and the server use too
+    placed: list[tuple[str, dict]] = []
     for entry in entries:
         kind = entry.get("kind")
         source = entry.get("source") or {}
@@ -53,12 +56,11 @@ def resume_point(entries: list[dict]) -> ResumePoint:
             team = source.get("team", team)
         if kind == "prompt" and entry.get("prompt_id") is not None:
             prompts[str(entry["prompt_id"])] = entry
-        if kind == "turn_start":
-            open_turns[entry.get("turn_id")] = entry
-        elif kind == "turn_end":
-            open_turns.pop(entry.get("turn_id"), None)
+        placed.append((turns.place_entry(entry).turn_id, entry))
     open_turn = None
-    if open_turns:
-        turn_id, start = next(reversed(open_turns.items()))
-        open_turn = OpenTurn(turn_id, start.get("cause"))
+    found = turns.open_turn()
+    if found is not None:
+        turn_id, start = found
+        in_turn = tuple(entry for placed_in, entry in placed if placed_in == turn_id)
+        open_turn = OpenTurn(turn_id, start.get("cause"), in_turn)
     return ResumePoint(messages=messages, team=team, prompts=prompts, open_turn=open_turn)

@@ -182,7 +182,7 @@ class Turns:
         self._interrupt.clear()
         await self._session.status_set("running")
         log.info("%s: turn %s resumed from the history", self._session.member, turn_id)
-        turn = [e for e in self._session.entries if e.get("turn_id") == turn_id]
+        turn = open_turn.entries
         step = max((int(e.get("step") or 0) for e in turn), default=0)
         results = {e["call_id"] for e in turn if e.get("kind") == "tool_result"}
         in_step = [e for e in turn if int(e.get("step") or 0) == step]
