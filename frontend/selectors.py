@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from agents.history_turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import db
@@ -142,32 +143,21 @@ def timeline_build(
     ``sources``: the messages and prompts the entries name, when the caller read
     them for several members at once; otherwise they are read here.
 
-    Entries carry ``turn_id`` and ``step`` by convention; without them a
-    ``turn_start`` or a human ``prompt`` opens a new turn. A turn that holds a
+    Which turn each entry is in is the one rule of agents/history_turns.py;
+    entries carry ``step`` by convention. A turn that holds a
     ``prompt`` entry is a prompt turn: the Queue adapter starts each one on its own.
     """
     if sources is None:
         sources = EntrySources(rows)
     turns: list[dict] = []
     current: dict | None = None
+    placing = HistoryTurns()  # the one turn rule (agents/history_turns.py)
     for row in rows:
         data = row.data if isinstance(row.data, dict) else {}
-        turn_id = data.get("turn_id") if isinstance(data.get("turn_id"), str) else None
-        if turn_id is not None:
-            opens = current is None or current["turn_id"] != turn_id
-        else:
-            has_content = current is not None and any(
-                e["kind"] != EntryKind.TURN_START for s in current["steps"] for e in s["entries"]
-            )
-            opens = (
-                current is None
-                or current["ended"]
-                or (row.kind == EntryKind.TURN_START and has_content)
-                or (row.kind == EntryKind.PROMPT and has_content)
-            )
-        if opens:
+        placed = placing.place(row.kind, named_turn(data), row.entry_id)
+        if placed.opens or current is None:  # the first entry always opens one
             current = {
-                "turn_id": turn_id or f"turn-at-{row.entry_id}",
+                "turn_id": placed.turn_id,
                 "kind": "turn",
                 "prompt_id": None,
                 "started_at": iso(row.created_at),

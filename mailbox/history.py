@@ -4,13 +4,16 @@ Entries are written by delivery (``delivery.entry_record`` and the hot path's
 EntryJob), folded by (member, entry id). By convention each entry of a turn
 carries the turn's ``turn_id``; a ``turn_start`` opens a turn and a ``turn_end``
 closes it, and a human prompt's turn opens with the ``prompt`` entry that names
-it. The dashboard's timeline (frontend/selectors.py) groups a whole history
-into turns; the questions below are about one turn.
+it. Which turn an entry is in is the one rule of agents/history_turns.py, which
+the dashboard's timeline (frontend/selectors.py) and the session's cold-resume
+(agents/resume.py) follow too; the questions below are about one turn.
 """
-from django.db.models import QuerySet
-
+from agents.history_turns import HistoryTurns, named_turn
 from mailbox.models import EntryKind, HistoryEntry
 from teams.models import Member
+
+# How far back turn_of reads for an entry that names no turn.
+TURN_WINDOW = 200
 
 
 def history_page(*, member: Member, after: int = 0, limit: int = 500) -> tuple[list[dict], int | None]:
@@ -21,26 +24,24 @@ def history_page(*, member: Member, after: int = 0, limit: int = 500) -> tuple[l
     return entries, (page[-1].id if len(rows) > limit else None)
 
 
-def _text(value) -> str | None:
-    return value if isinstance(value, str) else None
+def _placed(placing: HistoryTurns, row: HistoryEntry) -> str:
+    return placing.place(row.kind, named_turn(row.data), row.entry_id).turn_id
 
 
-def turn_of(entry: HistoryEntry) -> str | None:
-    """The turn an entry was recorded in: its own ``turn_id``, else the last ``turn_start``
-    before it (``turn-at-<entry id>`` when that start names no turn)."""
-    data = entry.data if isinstance(entry.data, dict) else {}
-    turn_id = _text(data.get("turn_id"))
-    if turn_id is not None:
-        return turn_id
-    opened = (
-        HistoryEntry.objects.filter(member_id=entry.member_id, id__lt=entry.id, kind=EntryKind.TURN_START)
-        .order_by("-id")
-        .first()
+def turn_of(entry: HistoryEntry) -> str:
+    """The turn an entry was recorded in: its own ``turn_id``, else what the turn rule
+    makes of the member's entries up to it (the last ``TURN_WINDOW`` of them)."""
+    named = named_turn(entry.data)
+    if named is not None:
+        return named
+    window = list(
+        HistoryEntry.objects.filter(member_id=entry.member_id, id__lte=entry.id).order_by("-id")[:TURN_WINDOW]
     )
-    if opened is None:
-        return None
-    start = opened.data if isinstance(opened.data, dict) else {}
-    return _text(start.get("turn_id")) or f"turn-at-{opened.entry_id}"
+    placing = HistoryTurns()
+    turn_id = ""
+    for row in reversed(window):
+        turn_id = _placed(placing, row)
+    return turn_id
 
 
 def prompt_turn_start(*, member_id: int, prompt_id: str) -> HistoryEntry | None:
@@ -52,9 +53,22 @@ def prompt_turn_start(*, member_id: int, prompt_id: str) -> HistoryEntry | None:
     )
 
 
-def turn_after(start: HistoryEntry, *, kinds: list[str]) -> QuerySet[HistoryEntry]:
-    """The entries of ``kinds`` recorded after ``start`` in the same turn, in order."""
-    data = start.data if isinstance(start.data, dict) else {}
-    return HistoryEntry.objects.filter(
-        member_id=start.member_id, id__gt=start.id, kind__in=kinds, data__turn_id=data.get("turn_id")
-    ).order_by("id")
+def turn_after(start: HistoryEntry, *, kinds: list[str]) -> list[HistoryEntry]:
+    """The entries of ``kinds`` recorded after ``start`` in the same turn, in order: up to
+    the turn's ``turn_end``, or the ``turn_start`` of the next turn (a session runs one
+    turn at a time, so a turn left unfinished has nothing after that)."""
+    placing = HistoryTurns()
+    turn_id = _placed(placing, start)
+    out = []
+    later = HistoryEntry.objects.filter(member_id=start.member_id, id__gt=start.id).order_by("id")
+    for row in later.iterator(chunk_size=200):
+        placed_in = _placed(placing, row)
+        if placed_in != turn_id:
+            if row.kind == EntryKind.TURN_START:
+                break
+            continue
+        if row.kind in kinds:
+            out.append(row)
+        if row.kind == EntryKind.TURN_END:
+            break
+    return out
