@@ -1,4 +1,6 @@
 """ASGI entry point: HTTP goes to Django (/mcp to the MCP endpoint, /a2a to the A2A agents), websockets to the Channels consumers."""
+import asyncio
+import importlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,10 +18,41 @@ from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from delegation.server import a2a_app  # noqa: E402
 from mailbox.api import tool_calls  # noqa: E402
-from mailbox.mcp_server import mcp_app  # noqa: E402
 from teams.errors import TeamError  # noqa: E402
+
+
+class Deferred:
+    """An ASGI app imported at its first request instead of at boot, on a worker thread
+    (the event loop serves everything else meanwhile); requests that come while it
+    loads wait for the one import. The MCP and A2A SDKs take more than a second of
+    CPU to import, about half of what starting a process cost, whether or not the
+    process ever served /mcp or /a2a. A failed import is tried again by the next request."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+        self._app = None
+        self._loading: asyncio.Future | None = None
+
+    async def __call__(self, scope, receive, send):
+        app = self._app or await self._load()
+        await app(scope, receive, send)
+
+    async def _load(self):
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(asyncio.to_thread(importlib.import_module, self.module))
+        try:
+            module = await asyncio.shield(self._loading)
+        except BaseException:
+            if self._loading.done():
+                self._loading = None
+            raise
+        self._app = getattr(module, self.name)
+        return self._app
+
+
+mcp_app = Deferred("mailbox.mcp_server", "mcp_app")  # the Team tools' MCP endpoint
+a2a_app = Deferred("delegation.server", "a2a_app")  # every member as an A2A agent
 
 
 class RequestThreads:

@@ -1,11 +1,20 @@
 """config/asgi.py: which HTTP handler a path gets, and what each keeps."""
+import asyncio
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
 
+import config.asgi as asgi_module
 from config.asgi import application
 from tests.support.inproc import team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _client(host: str = "testserver") -> httpx.AsyncClient:
@@ -75,3 +84,44 @@ async def test_the_sql_counts_are_not_served_unless_asked_for():
     async with _client() as client:
         response = await client.get("/api/v1/debug/sql")
     assert response.status_code == 404
+
+
+def test_starting_the_application_does_not_import_the_mcp_and_a2a_sdks():
+    # A fresh interpreter: this one's test modules may have imported them already.
+    probe = (
+        "import sys, config.asgi; "
+        "print(sorted(m for m in ('mcp', 'a2a', 'mailbox.mcp_server', 'delegation.server') if m in sys.modules))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+async def test_requests_that_come_while_a_deferred_app_loads_wait_for_one_import(monkeypatch):
+    imported, real_import = [], importlib.import_module
+
+    def counted_import(name):
+        imported.append(name)
+        return real_import(name)
+
+    monkeypatch.setattr(asgi_module.importlib, "import_module", counted_import)
+    deferred = asgi_module.Deferred("tests.support.inproc", "team_new")
+    first, second = await asyncio.gather(deferred._load(), deferred._load())
+    assert first is second is team_new
+    assert imported == ["tests.support.inproc"]
+
+
+async def test_a_deferred_app_whose_import_failed_is_tried_again():
+    deferred = asgi_module.Deferred("tests.support.no_such_module", "app")
+    for _ in range(2):
+        with pytest.raises(ModuleNotFoundError):
+            await deferred._load()
+    assert deferred._loading is None
+
+
+async def test_mcp_and_a2a_are_served_through_their_deferred_apps():
+    async with _client() as client:
+        mcp = await client.get("/mcp")
+        a2a = await client.get("/a2a/")
+    assert mcp.status_code == 405 and mcp.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert a2a.status_code == 404 and a2a.json()["error"]["code"] == "NOT_FOUND"
