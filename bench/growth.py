@@ -34,16 +34,17 @@ def bulk_insert(bench: Bench, team: dict, start: int, stop: int) -> None:
     hands them out), with their queued and delivered Lead-log records."""
     env = bench.env
     team_id = team["team_id"]
-    members = env.query(f"SELECT id, next_seq FROM teams_member WHERE team_id = {team_id} ORDER BY id")
+    members = env.query(f"SELECT id, next_seq, name FROM teams_member WHERE team_id = {team_id} ORDER BY id")
     k = len(members)
     total = stop - start
     pg = env.postgres
     statements = []
-    for index, (target_id, next_seq) in enumerate(members):
+    json_object = "jsonb_build_object" if pg else "json_object"
+    for index, (target_id, next_seq, target) in enumerate(members):
         n = total // k + (1 if index < total % k else 0)
         if n == 0:
             continue
-        sender_id = members[(index + 1) % k][0]
+        sender_id, sender = members[(index + 1) % k][0], members[(index + 1) % k][2]
         first, last = next_seq, next_seq + n - 1
         if pg:
             series = f"generate_series({first}, {last}) AS g"
@@ -60,10 +61,15 @@ def bulk_insert(bench: Bench, team: dict, start: int, stop: int) -> None:
             f"SELECT {mid}, {team_id}, {sender_id}, {target_id}, 'a stored message number ' || g, g, '', '', "
             f"'delivered', 1, '', {stamp}, {stamp}, {stamp}, {stamp} FROM {series}"
         )
-        for kind in ("team/message/queued", "team/message/delivered"):
+        # The records' fields are the Lead log's (mailbox/lead_log_records.py, MESSAGE_FIELDS).
+        records = {
+            "team/message/queued": f"{json_object}('sender', '{sender}', 'target', '{target}', 'seq', g)",
+            "team/message/delivered": f"{json_object}('target', '{target}', 'seq', g)",
+        }
+        for kind, data in records.items():
             statements.append(
                 f"{prefix}INSERT INTO mailbox_leadlogrecord (team_id, kind, message_id, data, created_at) "
-                f"SELECT {team_id}, '{kind}', {mid}, '{{}}', {stamp} FROM {series}"
+                f"SELECT {team_id}, '{kind}', {mid}, {data}, {stamp} FROM {series}"
             )
         statements.append(f"UPDATE teams_member SET next_seq = {last + 1} WHERE id = {target_id}")
     if pg:
