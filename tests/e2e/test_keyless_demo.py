@@ -35,6 +35,10 @@ def demo(var_dir, *args, timeout=240):
     )
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class RunningDemo:
     """``manage.py demo`` left running; its stdout read line by line on a thread."""
 
@@ -42,6 +46,9 @@ class RunningDemo:
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "demo", "--port", str(free_port()), *args],
             cwd=ROOT, env=demo_env(var_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            # As in a terminal, Ctrl-C (SIGINT) reaches it: a test run started in the background
+            # (nohup, `&`) ignores SIGINT, and its children would inherit that.
+            preexec_fn=_sigint_default,
         )
         self.lines: list[tuple[float, str]] = []
         threading.Thread(target=self._read, daemon=True).start()
