@@ -37,9 +37,12 @@ async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(live_env
         try:
             await asyncio.wait_for(session.connected.wait(), 30)
             sent = []
-            for i in range(3):  # about 2 100 bytes of history each: the third waits for the quota
+            # The first message's turn is about the whole minute's bytes (the entry that carries
+            # it, or the ones after it, wait for the quota); each later entry then waits for the
+            # bucket to refill by its own size, a few seconds at 100 bytes a second.
+            for i, size in enumerate([5600, 20, 20]):
                 answer = await asyncio.to_thread(
-                    team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * 2000
+                    team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * size
                 )
                 assert answer.status_code == 200, answer.text
                 sent.append(answer.json()["message_id"])
