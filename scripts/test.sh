@@ -37,9 +37,10 @@ backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 # STEERBOARD_TEST_WORKERS=0 runs everything in this process (pytest's own -n overrides).
 workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadgroup)
 
-# Both runs need the services: the PostgreSQL run for everything, the embedded
-# run for the multi-process tests (tests/e2e/test_multiprocess.py makes its own
-# PostgreSQL database and Redis prefix whatever the run is on).
+# The PostgreSQL run needs the services. The tests that run on PostgreSQL + Redis
+# whatever the run is on (several processes, outages of private clusters) run in
+# that run only (tests/support/live.py, postgres_run_only): the embedded run would
+# repeat them unchanged.
 {
   log "services: PostgreSQL and Redis on 127.0.0.1"
   if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then

@@ -7,22 +7,18 @@ A PostgreSQL cluster of its own (tests/support/services.py) that the test stops;
 it runs in the PostgreSQL run of scripts/test.sh.
 """
 import asyncio
-import os
 
 import pytest
 
 from agents import AgentSession, ModelReply, StepContext, ToolCall
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.services import PrivatePostgres, PrivateRedis
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
-        reason="stops a PostgreSQL cluster of its own: runs once, in the PostgreSQL run of scripts/test.sh",
-    ),
+    postgres_run_only("stops a PostgreSQL cluster of its own"),
 ]
 STEPS = 12
 

@@ -1,6 +1,6 @@
 """An A2A task is the database's, not a process's: started through daphne A, it is
 streamed to COMPLETED by a client of daphne B (PostgreSQL + Redis, as
-tests/e2e/test_multiprocess.py runs them on either test run)."""
+tests/e2e/test_multiprocess.py runs them, in the PostgreSQL run)."""
 import pytest
 from a2a.types import a2a_pb2 as pb
 from google.protobuf import json_format
@@ -17,9 +17,14 @@ from tests.delegation.support import (
     task_of,
 )
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(240),
+    # On PostgreSQL + Redis whatever the run is on: the embedded run would only repeat them.
+    postgres_run_only("several processes on PostgreSQL + Redis"),
+]
 
 
 @pytest.fixture

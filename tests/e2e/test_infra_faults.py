@@ -17,7 +17,6 @@ They are slow (a minute and more): they run once, in the PostgreSQL run of
 scripts/test.sh, and say so in the embedded run's skip summary.
 """
 import asyncio
-import os
 import re
 import time
 
@@ -25,7 +24,7 @@ import httpx
 import pytest
 
 from tests.support.audit import delivery_audit, target_histories
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.outage_run import StreamResult, recovery_seconds, stream
 from tests.support.services import PrivatePostgres, PrivateRedis
 from tests.support.wire_agent import WireAgent, wait_until
@@ -33,10 +32,7 @@ from tests.support.wire_agent import WireAgent, wait_until
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
-        reason="slow infrastructure-fault tests: they run once, in the PostgreSQL run of scripts/test.sh",
-    ),
+    postgres_run_only("slow infrastructure-fault tests"),
 ]
 
 RECOVERY_BOUND = 2.0

@@ -1,7 +1,7 @@
 """Several daphne processes on one PostgreSQL + Redis (architecture.md section 5).
 
-These always run on PostgreSQL + Redis: on the embedded-default run they make
-their own PostgreSQL database and Redis prefix (LiveEnvironment(scale_out=True)).
+They run on a PostgreSQL database and Redis prefix of their own
+(LiveEnvironment(scale_out=True)), once, in the PostgreSQL run of scripts/test.sh.
 """
 import asyncio
 
@@ -9,10 +9,15 @@ import httpx
 import pytest
 
 from tests.support.audit import delivery_audit, target_histories
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.wire_agent import WireAgent, WireHost, send_message, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.timeout(240),
+    # On PostgreSQL + Redis whatever the run is on: the embedded run would only repeat them.
+    postgres_run_only("several processes on PostgreSQL + Redis"),
+]
 
 
 @pytest.fixture

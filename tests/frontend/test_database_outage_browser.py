@@ -5,22 +5,18 @@ instead, and comes back to "live" (and re-reads) when the database is back.
 A PostgreSQL cluster of its own (tests/support/services.py) that the test stops;
 it runs in the PostgreSQL run of scripts/test.sh.
 """
-import os
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.services import PrivatePostgres, PrivateRedis
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
-        reason="stops a PostgreSQL cluster of its own: runs once, in the PostgreSQL run of scripts/test.sh",
-    ),
+    postgres_run_only("stops a PostgreSQL cluster of its own"),
 ]
 
 

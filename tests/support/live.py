@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,6 +94,16 @@ def _postgres_database_drop(url: str) -> None:
 
 PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
 REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
+
+
+def postgres_run_only(why: str):
+    """Skip outside the PostgreSQL run of scripts/test.sh, saying so: for tests that stop
+    a PostgreSQL cluster of their own, or that run on PostgreSQL + Redis whatever the run
+    is on (they would only repeat themselves in the embedded run). CI runs both runs."""
+    return pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason=f"{why}: runs once, in the PostgreSQL run of scripts/test.sh",
+    )
 
 
 def scale_out_urls() -> tuple[str, str]:
