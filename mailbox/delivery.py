@@ -26,6 +26,13 @@ queued or      an operator's retry (before the admission    unchanged     team/m
 accepted       it runs)
 =============  ===========================================  ============  ==========================
 
+The send (queued, and accepted in the same commit when the target is running or
+idle) and the entry that delivers run on the hot path as well: mailbox/hot_path.py
+makes exactly these transitions in raw SQL (its statements are in hot_sql.py),
+with the same Lead-log records (mailbox/lead_log_records.py), and
+tests/mailbox/test_hot_path.py holds both paths to the same rows and records.
+No other module changes a message's state.
+
 Rules the functions below keep:
 
 - The snapshot and its ``queued`` record commit in one transaction before any
