@@ -1,13 +1,21 @@
-"""Signing out closes the session's open dashboard sockets (frontend/consumers.py)."""
+"""Signing out closes the session's open dashboard sockets (frontend/consumers.py).
+
+``user_logged_out`` fires before Django deletes the session, so the receiver only
+notes the session on the request; ``SignedOutSockets`` (a middleware) closes its
+sockets once the sign-out's view has returned. Closed any earlier, a page sent to
+the login page could get there while the session still held, and be sent on,
+signed in, to where it was.
+"""
 import hashlib
 import logging
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 from channels.layers import get_channel_layer
 from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 
 log = logging.getLogger(__name__)
+SIGNED_OUT = "steerboard_signed_out_session"  # the request attribute the receiver sets
 
 
 def session_group(session_key: str) -> str:
@@ -17,12 +25,45 @@ def session_group(session_key: str) -> str:
 
 
 @receiver(user_logged_out, dispatch_uid="frontend.dashboard_sockets_close")
-def close_sockets_of_session(sender, request, user, **kwargs):
-    """Every process's sockets of this session get ``session.ended`` and close with 4401."""
+def note_signed_out_session(sender, request, user, **kwargs):
     session_key = getattr(getattr(request, "session", None), "session_key", None)
-    if not session_key:
-        return
+    if session_key and request is not None:
+        setattr(request, SIGNED_OUT, session_key)
+
+
+async def _sockets_close(session_key: str) -> None:
+    """Every process's sockets of this session get ``session.ended`` and close with 4401."""
     try:
-        async_to_sync(get_channel_layer().group_send)(session_group(session_key), {"type": "session.ended"})
+        await get_channel_layer().group_send(session_group(session_key), {"type": "session.ended"})
     except Exception:  # the sign-out itself must not fail on the channel layer
         log.warning("could not close the dashboard sockets of a signed-out session", exc_info=True)
+
+
+class SignedOutSockets:
+    """After a request that signed a session out (any sign-out view: the dashboard's,
+    the admin's), close that session's dashboard sockets."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if self.is_async:
+            return self._acall(request)
+        response = self.get_response(request)
+        session_key = getattr(request, SIGNED_OUT, None)
+        if session_key:
+            async_to_sync(_sockets_close)(session_key)
+        return response
+
+    async def _acall(self, request):
+        response = await self.get_response(request)
+        session_key = getattr(request, SIGNED_OUT, None)
+        if session_key:
+            await _sockets_close(session_key)
+        return response

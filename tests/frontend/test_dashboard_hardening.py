@@ -126,3 +126,27 @@ async def test_signing_out_closes_the_sessions_open_sockets_with_4401():
     assert await theirs.receive_json_from(timeout=5) == {"type": "pong"}
     for socket in (mine, team_list, theirs):
         await socket.disconnect()
+
+
+async def test_the_sockets_close_only_once_the_signed_out_session_is_gone(monkeypatch):
+    # Closed earlier, a page sent to the login page could find itself still signed in there.
+    from django.contrib.sessions.models import Session
+
+    from frontend import signals
+
+    client = await database_sync_to_async(_setup)()
+    session_key = client.cookies["sessionid"].value
+    mine = await _open(session_key)
+    held_at_close = []
+    real_close = signals._sockets_close
+
+    async def observed(key):
+        held_at_close.append(await database_sync_to_async(Session.objects.filter(session_key=key).exists)())
+        await real_close(key)
+
+    monkeypatch.setattr(signals, "_sockets_close", observed)
+    response = await database_sync_to_async(client.post)("/logout/")
+    assert response.status_code == 302
+    assert await mine.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    assert held_at_close == [False]
+    await mine.disconnect()
