@@ -164,6 +164,28 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer ----------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
+
+
+def redis_host(url: str) -> dict:
+    """The channel layer's connection to one Redis.
+
+    A publish runs inside admission, under the target's row lock: one that hangs
+    fails after 5 s, and the messages stay queued for recovery. A pooled connection
+    that Redis closed (it restarted) is found closed only when it is used: the
+    publish is then tried once more, at once, on a new connection (after a
+    connection error only, never after a timeout)."""
+    from redis import backoff, exceptions
+    from redis.asyncio import retry  # the layer's connections are redis.asyncio's
+
+    return {
+        "address": url,
+        "socket_timeout": 5,
+        "socket_connect_timeout": 5,
+        "retry_on_error": [exceptions.ConnectionError],
+        "retry": retry.Retry(backoff.NoBackoff(), 1, supported_errors=(exceptions.ConnectionError,)),
+    }
+
+
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -176,9 +198,7 @@ if REDIS_URL:
             # restart and resubscribes at once (mailbox/layers.py).
             "BACKEND": "mailbox.layers.RedisPubSubLayer",
             "CONFIG": {
-                # A publish runs inside admission, under the target's row lock: one that
-                # hangs fails after 5 s, and the messages stay queued for recovery.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 5, "socket_connect_timeout": 5}],
+                "hosts": [redis_host(REDIS_URL)],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
             },
         }
