@@ -37,10 +37,11 @@ backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 # STEERBOARD_TEST_WORKERS=0 runs everything in this process (pytest's own -n overrides).
 workers=(-n "${STEERBOARD_TEST_WORKERS:-4}" --dist loadgroup)
 
-# The PostgreSQL run needs the services. The tests that run on PostgreSQL + Redis
-# whatever the run is on (several processes, outages of private clusters) run in
-# that run only (tests/support/live.py, postgres_run_only): the embedded run would
-# repeat them unchanged.
+# The PostgreSQL run needs the services. A test whose processes run on one backend
+# whatever the run is on runs once, in that backend's run (tests/support/live.py):
+# several processes and private-cluster outages in the PostgreSQL run
+# (postgres_run_only), the demo and the settings checks in the embedded run
+# (embedded_run_only); the other run would repeat them unchanged.
 {
   log "services: PostgreSQL and Redis on 127.0.0.1"
   if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.live import embedded_run_only
+
 ROOT = Path(__file__).resolve().parents[1]
+# Its manage.py processes run without DATABASE_URL and REDIS_URL whatever the run is on.
+pytestmark = embedded_run_only("settings checks without DATABASE_URL")
 
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:

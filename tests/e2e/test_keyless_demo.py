@@ -11,9 +11,13 @@ import time
 import httpx
 import pytest
 
-from tests.support.live import ROOT, free_port
+from tests.support.live import ROOT, embedded_run_only, free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    # The demo runs on the embedded default whatever the run is on (demo_env): once is enough.
+    embedded_run_only("the demo on the embedded default"),
+]
 
 FAST = ("--no-wait", "--step-delay", "0")
 

@@ -106,6 +106,16 @@ def postgres_run_only(why: str):
     )
 
 
+def embedded_run_only(why: str):
+    """Skip in the PostgreSQL run of scripts/test.sh, saying so: for tests that run their
+    processes on the embedded default whatever the run is on (they would only repeat
+    themselves there). CI runs both runs."""
+    return pytest.mark.skipif(
+        os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason=f"{why}: runs once, in the embedded run of scripts/test.sh",
+    )
+
+
 def scale_out_urls() -> tuple[str, str]:
     """The PostgreSQL and Redis this run may use for scale-out, whatever it runs on."""
     db = os.environ.get("DATABASE_URL", "")
