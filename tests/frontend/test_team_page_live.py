@@ -1,13 +1,33 @@
 """The team page follows a team live: message states, member statuses, turns, the task board."""
 import json
+import time
 
 import pytest
 from playwright.sync_api import expect
+from websockets.exceptions import InvalidStatus
 
 from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
+
+
+def session_of(agents, server, host, start):
+    """Connect the session the host was asked to start. A start re-sent meanwhile (the
+    first went stale after REDELIVER_AFTER, 2 s here, on a loaded machine) revoked the
+    earlier token and carries the live one, which agents/host.py would hand over: use it."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            start = json.loads(host.recv(timeout=0.2))  # a newer start, if one came
+            continue
+        except TimeoutError:
+            pass
+        try:
+            return agents(server, start["token"], "idle"), start
+        except InvalidStatus:
+            if time.monotonic() > deadline:
+                raise
 
 def test_message_moves_queued_accepted_delivered_and_statuses_change_without_reload(
     live_env, daphne_server, page, agents
@@ -51,7 +71,7 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
         screenshot(page, "live-2-accepted")
 
         # The session starts, gets the message replayed and works a turn with it.
-        impl = agents(server, start["token"], "idle")
+        impl, start = session_of(agents, server, host, start)
         steer = impl.recv("steer")
         assert steer["message"]["id"] == sent["message_id"]
         expect(impl_lane).to_have_attribute("data-status", "idle")
