@@ -155,7 +155,7 @@ def timeline_build(
     for row in rows:
         data = row.data if isinstance(row.data, dict) else {}
         placed = placing.place(row.kind, named_turn(data), row.entry_id)
-        if placed.opens or current is None:  # the first entry always opens one
+        if placed.opens:  # the first entry always opens one
             current = {
                 "turn_id": placed.turn_id,
                 "kind": "turn",

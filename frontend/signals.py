@@ -27,7 +27,7 @@ def session_group(session_key: str) -> str:
 @receiver(user_logged_out, dispatch_uid="frontend.dashboard_sockets_close")
 def note_signed_out_session(sender, request, user, **kwargs):
     session_key = getattr(getattr(request, "session", None), "session_key", None)
-    if session_key and request is not None:
+    if session_key:  # (no request, no session)
         setattr(request, SIGNED_OUT, session_key)
 
 
