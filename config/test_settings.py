@@ -15,3 +15,11 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL"):
     os.environ["STEERBOARD_CHANNEL_PREFIX"] = f"steerboard-test-{os.environ['PYTEST_XDIST_WORKER']}-{os.getpid()}:"
 
 from config.settings import *  # noqa: E402,F401,F403
+
+# A fast password hasher, as Django's testing docs advise: the default (PBKDF2, a
+# million iterations) costs about a quarter of a second of CPU per password set or
+# checked. The processes a test starts get the same (tests/support/live_settings.py).
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]

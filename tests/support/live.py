@@ -1,6 +1,7 @@
 """A real daphne process on its own database, for end-to-end tests.
 
-The process runs the project's ASGI application exactly as in production. On
+The process runs the project's ASGI application exactly as in production (its
+settings are production's but for a fast password hasher: live_settings.py). On
 the embedded default it gets a fresh SQLite file; when the test run is on
 PostgreSQL (DATABASE_URL=postgres://...) it gets a fresh PostgreSQL database of
 its own, and shares the run's Redis (REDIS_URL) under a channel prefix of its
@@ -137,7 +138,8 @@ class LiveEnvironment:
         self.env.setdefault("SECRET_KEY", "live-" + secrets.token_urlsafe(40))
         self.env.update(
             {
-                "DJANGO_SETTINGS_MODULE": "config.settings",
+                # config.settings with a fast password hasher (tests/support/live_settings.py)
+                "DJANGO_SETTINGS_MODULE": "tests.support.live_settings",
                 "PYTHONUNBUFFERED": "1",
                 "STEERBOARD_VAR_DIR": str(tmp_path / "var"),
                 "STEERBOARD_SWEEP_INTERVAL": "0.5",
