@@ -29,6 +29,12 @@ if ! cmp -s tests/mcp_ts/package-lock.json tests/mcp_ts/node_modules/.installed-
   (cd tests/mcp_ts && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json)
 fi
 
+# Bytecode is cached: a run starts some two hundred Python processes (daphne, manage
+# workers, hosts, the CLI), and with PYTHONDONTWRITEBYTECODE set (some machines' default
+# environment) each compiled the project's modules afresh and every pytest worker rewrote
+# every test module's asserts again. The __pycache__ folders are ignored by git.
+unset PYTHONDONTWRITEBYTECODE
+
 backends=${STEERBOARD_BACKENDS:-"embedded postgres"}
 # Many tests wait on real processes (daphne starts, Chromium, PostgreSQL restarts): four
 # pytest-xdist workers overlap those waits and keep both cores busy. Each test goes to
