@@ -42,14 +42,28 @@ def _close_worker_connections():
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
+def _start_order(item) -> int:
+    """Longest first: ``slow`` tests, then those that start processes (``e2e``, ``browser``),
+    then the in-process ones, which fill the end of the run on every worker."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if item.get_closest_marker("e2e") is not None or item.get_closest_marker("browser") is not None:
+        return 1
+    return 2
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """A ``shared_server`` module's tests run on one pytest-xdist worker together (scripts/test.sh
     runs ``--dist loadgroup``), so the module starts its one server once; every other test goes
-    to whichever worker is free."""
+    to whichever worker is free, in the order of ``_start_order`` (pytest-xdist hands the
+    workers tests in collection order, after the groups): a run used to end on one worker
+    still busy with a twenty-second test it was handed last while the others stood idle.
+    The sort is stable, so every worker collects the same order, as pytest-xdist requires."""
     for item in items:
         if item.get_closest_marker("shared_server") is not None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=_start_order)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from tests.support.services import PrivatePostgres, PrivateRedis
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.slow,
     postgres_run_only("stops a PostgreSQL cluster of its own"),
 ]
 STEPS = 12

@@ -10,7 +10,7 @@ from agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.support.live import DaphneProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 class ShortModel:

@@ -17,7 +17,7 @@ from tests.support.audit import delivery_audit
 from tests.support.live import DaphneProcess
 from tests.support.wire_agent import WireAgent, send_message, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 RUNS = int(os.environ.get("STEERBOARD_CRASH_RUNS", "3"))
 MESSAGES_PER_TARGET = 8

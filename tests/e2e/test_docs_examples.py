@@ -68,6 +68,7 @@ def test_the_token_example_of_docs_mcp_md(live_env, daphne_server):
     assert token["token"].startswith("sbm_")
 
 
+@pytest.mark.slow
 def test_the_team_and_tokens_example_of_docs_protocol_md(live_env, daphne_server):
     (block,) = examples("protocol.md")
     team, token, operator = run(block, live_env, daphne_server)

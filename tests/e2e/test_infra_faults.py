@@ -31,6 +31,7 @@ from tests.support.wire_agent import WireAgent, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.slow,
     pytest.mark.timeout(600),
     postgres_run_only("slow infrastructure-fault tests"),
 ]

@@ -15,6 +15,7 @@ from tests.support.live import ROOT, embedded_run_only, free_port
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.slow,
     # The demo runs on the embedded default whatever the run is on (demo_env): once is enough.
     embedded_run_only("the demo on the embedded default"),
 ]

@@ -15,7 +15,7 @@ import websockets
 
 from tests.support.live import DaphneProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TS_DIR = Path(__file__).resolve().parents[1] / "mcp_ts"
 NODE_BIN = TS_DIR / "node_modules" / ".bin"

@@ -14,6 +14,7 @@ from tests.support.wire_agent import WireAgent, WireHost, send_message, wait_unt
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.slow,
     pytest.mark.timeout(240),
     # On PostgreSQL + Redis whatever the run is on: the embedded run would only repeat them.
     postgres_run_only("several processes on PostgreSQL + Redis"),

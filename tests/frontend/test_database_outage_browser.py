@@ -16,6 +16,7 @@ from tests.support.services import PrivatePostgres, PrivateRedis
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.browser,
+    pytest.mark.slow,
     postgres_run_only("stops a PostgreSQL cluster of its own"),
 ]
 

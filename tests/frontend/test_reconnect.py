@@ -5,7 +5,7 @@ from playwright.sync_api import expect
 from tests.frontend.conftest import login, open_team, screenshot, tool
 from tests.support.live import DaphneProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 
 
 def test_page_catches_up_with_what_happened_while_its_server_was_down(live_env, page, agents):

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import websockets
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def hostile_values() -> list[tuple[str, str]]:
