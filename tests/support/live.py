@@ -50,12 +50,35 @@ def _postgres_database_new(base_url: str, template: str | None = None) -> str:
 _templates: dict[str, str] = {}
 
 
+def _server(url: str) -> str:
+    return url.rsplit("/", 1)[0]
+
+
+# The run's DATABASE_URL, read before any test points DATABASE_URL at a private cluster.
+_RUN_DATABASE_URL = os.environ.get("DATABASE_URL", "")
+
+
+def _run_postgres_url() -> str:
+    """The PostgreSQL this run uses (scripts/test.sh starts it), whatever a test set since."""
+    if _RUN_DATABASE_URL.startswith("postgres"):
+        return _RUN_DATABASE_URL
+    return os.environ.get("STEERBOARD_PG_URL", PG_URL_DEFAULT)
+
+
 def _migrated_template(env: dict, base_url: str) -> str:
     if base_url not in _templates:
         if base_url:
             url = _postgres_database_new(base_url)
             template = url.rsplit("/", 1)[1]
             atexit.register(_postgres_database_drop, url)
+            run_url = _run_postgres_url()
+            if _server(base_url) != _server(run_url):
+                # Another server (a private cluster, tests/support/services.py): a copy of the
+                # run's own template, not a `migrate` of its own (seconds of CPU per cluster).
+                source = _server(run_url) + "/" + _migrated_template(env, run_url)
+                _postgres_restore(_postgres_dump(source), url)
+                _templates[base_url] = template
+                return template
         else:
             template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
             url = f"sqlite:///{template}"
@@ -67,6 +90,31 @@ def _migrated_template(env: dict, base_url: str) -> str:
             raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
         _templates[base_url] = template
     return _templates[base_url]
+
+
+# source database URL -> its pg_dump (plain SQL), taken once per test process
+_dumps: dict[str, bytes] = {}
+
+
+def _postgres_dump(url: str) -> bytes:
+    from tests.support.services import postgres_bin
+
+    if url not in _dumps:
+        result = subprocess.run([str(postgres_bin() / "pg_dump"), "--no-owner", "--no-privileges", "-d", url],
+                                capture_output=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"pg_dump failed: {result.stderr.decode(errors='replace')[-2000:]}")
+        _dumps[url] = result.stdout
+    return _dumps[url]
+
+
+def _postgres_restore(dump: bytes, url: str) -> None:
+    from tests.support.services import postgres_bin
+
+    result = subprocess.run([str(postgres_bin() / "psql"), "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", url],
+                            input=dump, capture_output=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"psql (restoring the migrated template) failed: {result.stderr.decode(errors='replace')[-2000:]}")
 
 
 def _sqlite_copy(source: str, target: Path) -> None:
