@@ -49,7 +49,6 @@ async def _works(api, token: str) -> int:
     return (await api.tool(token, "list_agents")).status_code
 
 
-@pytest.mark.slow
 async def test_a_hundred_host_reconnects_leave_one_live_start_token(api):
     team = await team_new("alpha")
     await api.ok(team["lead"], "spawn_teammate", name="impl", description="the impl", prompt="go")
