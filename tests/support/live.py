@@ -75,9 +75,9 @@ def _migrated_template(env: dict, base_url: str) -> str:
             if _server(base_url) != _server(run_url):
                 # Another server (a private cluster, tests/support/services.py): a copy of the
                 # run's own template, not a `migrate` of its own (seconds of CPU per cluster).
+                # Not kept: a cluster serves one test, and a later one may get its port.
                 source = _server(run_url) + "/" + _migrated_template(env, run_url)
                 _postgres_restore(_postgres_dump(source), url)
-                _templates[base_url] = template
                 return template
         else:
             template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
