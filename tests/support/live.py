@@ -26,6 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.services import postgres_bin
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,86 +37,68 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _server(url: str) -> str:
+    """A PostgreSQL URL without its database name."""
+    return url.rsplit("/", 1)[0]
+
+
 def _postgres_database_new(base_url: str, template: str | None = None) -> str:
     import psycopg
 
     name = f"steerboard_e2e_{uuid.uuid4().hex[:10]}"
-    admin = base_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with psycopg.connect(_server(base_url) + "/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    return base_url.rsplit("/", 1)[0] + "/" + name
+    return _server(base_url) + "/" + name
 
 
 # base DATABASE_URL ("" for SQLite) -> this process's migrated template: a SQLite file, or a
 # PostgreSQL database name (one per test process: pytest-xdist workers never share one).
 _templates: dict[str, str] = {}
 
-
-def _server(url: str) -> str:
-    return url.rsplit("/", 1)[0]
-
-
-# The run's DATABASE_URL, read before any test points DATABASE_URL at a private cluster.
+# The run's DATABASE_URL, read at import: before any test points DATABASE_URL at a private cluster.
 _RUN_DATABASE_URL = os.environ.get("DATABASE_URL", "")
 
 
-def _run_postgres_url() -> str:
-    """The PostgreSQL this run uses (scripts/test.sh starts it), whatever a test set since."""
-    if _RUN_DATABASE_URL.startswith("postgres"):
-        return _RUN_DATABASE_URL
-    return os.environ.get("STEERBOARD_PG_URL", PG_URL_DEFAULT)
-
-
 def _migrated_template(env: dict, base_url: str) -> str:
-    if base_url not in _templates:
-        if base_url:
-            url = _postgres_database_new(base_url)
-            template = url.rsplit("/", 1)[1]
-            atexit.register(_postgres_database_drop, url)
-            run_url = _run_postgres_url()
-            if _server(base_url) != _server(run_url):
-                # Another server (a private cluster, tests/support/services.py): a copy of the
-                # run's own template, not a `migrate` of its own (seconds of CPU per cluster).
-                # Not kept: a cluster serves one test, and a later one may get its port.
-                source = _server(run_url) + "/" + _migrated_template(env, run_url)
-                _postgres_restore(_postgres_dump(source), url)
-                return template
-        else:
-            template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
-            url = f"sqlite:///{template}"
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
-            cwd=ROOT, env={**env, "DATABASE_URL": url}, capture_output=True, text=True, timeout=180,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
-        _templates[base_url] = template
-    return _templates[base_url]
-
-
-# source database URL -> its pg_dump (plain SQL), taken once per test process
-_dumps: dict[str, bytes] = {}
-
-
-def _postgres_dump(url: str) -> bytes:
-    from tests.support.services import postgres_bin
-
-    if url not in _dumps:
-        result = subprocess.run([str(postgres_bin() / "pg_dump"), "--no-owner", "--no-privileges", "-d", url],
-                                capture_output=True, timeout=120)
-        if result.returncode != 0:
-            raise RuntimeError(f"pg_dump failed: {result.stderr.decode(errors='replace')[-2000:]}")
-        _dumps[url] = result.stdout
-    return _dumps[url]
-
-
-def _postgres_restore(dump: bytes, url: str) -> None:
-    from tests.support.services import postgres_bin
-
-    result = subprocess.run([str(postgres_bin() / "psql"), "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", url],
-                            input=dump, capture_output=True, timeout=120)
+    if base_url in _templates:
+        return _templates[base_url]
+    run_postgres = _postgres_or_default(_RUN_DATABASE_URL)
+    if base_url and _server(base_url) != _server(run_postgres):
+        # Another server (a private cluster, tests/support/services.py): a copy of the run's
+        # own template, not a `migrate` of its own (seconds of CPU per cluster). Neither kept
+        # nor dropped: a cluster serves one test and goes with it, and a later one may get its port.
+        url = _postgres_database_new(base_url)
+        _postgres_copy(_server(run_postgres) + "/" + _migrated_template(env, run_postgres), url)
+        return url.rsplit("/", 1)[1]
+    if base_url:
+        url = _postgres_database_new(base_url)
+        template = url.rsplit("/", 1)[1]
+        atexit.register(_postgres_database_drop, url)
+    else:
+        template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
+        url = f"sqlite:///{template}"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
+        cwd=ROOT, env={**env, "DATABASE_URL": url}, capture_output=True, text=True, timeout=180,
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"psql (restoring the migrated template) failed: {result.stderr.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
+    _templates[base_url] = template
+    return template
+
+
+def _postgres_tool(tool: str, *args: str, input: bytes | None = None) -> bytes:
+    """One of PostgreSQL's client programs (tests/support/services.py finds them): its stdout."""
+    result = subprocess.run([str(postgres_bin() / tool), *args], input=input, capture_output=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"{tool} failed: {result.stderr.decode(errors='replace')[-2000:]}")
+    return result.stdout
+
+
+def _postgres_copy(source_url: str, target_url: str) -> None:
+    """One database into another, empty one, on another server: pg_dump, then psql."""
+    dump = _postgres_tool("pg_dump", "--no-owner", "--no-privileges", "-d", source_url)
+    _postgres_tool("psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", target_url, input=dump)
 
 
 def _sqlite_copy(source: str, target: Path) -> None:
@@ -133,9 +117,8 @@ def _postgres_database_drop(url: str) -> None:
     import psycopg
 
     name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
     try:
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(_server(url) + "/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except Exception:
         pass
@@ -165,12 +148,15 @@ def embedded_run_only(why: str):
     )
 
 
+def _postgres_or_default(database_url: str) -> str:
+    """``database_url`` if it is PostgreSQL's, else the PostgreSQL scripts/test.sh starts."""
+    return database_url if database_url.startswith("postgres") else os.environ.get("STEERBOARD_PG_URL", PG_URL_DEFAULT)
+
+
 def scale_out_urls() -> tuple[str, str]:
     """The PostgreSQL and Redis this run may use for scale-out, whatever it runs on."""
-    db = os.environ.get("DATABASE_URL", "")
-    if not db.startswith("postgres"):
-        db = os.environ.get("STEERBOARD_PG_URL", PG_URL_DEFAULT)
-    return db, os.environ.get("REDIS_URL") or os.environ.get("STEERBOARD_REDIS_URL", REDIS_URL_DEFAULT)
+    return (_postgres_or_default(os.environ.get("DATABASE_URL", "")),
+            os.environ.get("REDIS_URL") or os.environ.get("STEERBOARD_REDIS_URL", REDIS_URL_DEFAULT))
 
 
 class LiveEnvironment:
