@@ -1,4 +1,5 @@
-"""The test run's settings: config.settings with a SECRET_KEY of the run's own.
+"""The test run's settings: those of the processes a test starts (tests/support/live_settings.py:
+config.settings with a fast password hasher), with a SECRET_KEY of the run's own.
 
 Production refuses to start without SECRET_KEY (DEBUG off); a test run makes a
 random one unless the environment has one. It goes into os.environ, so the
@@ -14,12 +15,5 @@ os.environ.setdefault("SECRET_KEY", "test-" + secrets.token_urlsafe(40))
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL"):
     os.environ["STEERBOARD_CHANNEL_PREFIX"] = f"steerboard-test-{os.environ['PYTEST_XDIST_WORKER']}-{os.getpid()}:"
 
-from config.settings import *  # noqa: E402,F401,F403
-
-# A fast password hasher, as Django's testing docs advise: the default (PBKDF2, a
-# million iterations) costs about a quarter of a second of CPU per password set or
-# checked. The processes a test starts get the same (tests/support/live_settings.py).
-PASSWORD_HASHERS = [
-    "django.contrib.auth.hashers.MD5PasswordHasher",
-    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-]
+# The settings of the processes a test starts: config.settings with a fast password hasher.
+from tests.support.live_settings import *  # noqa: E402,F401,F403
