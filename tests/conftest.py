@@ -42,46 +42,31 @@ def _close_worker_connections():
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
-def pytest_itemcollected(item):
-    """A ``shared_server`` module's tests run on one pytest-xdist worker together (scripts/test.sh
-    runs ``--dist loadgroup``), so the module starts its one server once; every other test goes
-    to whichever worker is free, in the order ``pytest_collection_modifyitems`` leaves."""
-    if item.get_closest_marker("shared_server") is not None:
-        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-
-
-def _uses_database(item) -> bool:
-    """The test database, as pytest-django decides it when it orders the tests."""
-    from django.test import TransactionTestCase
-
-    cls = getattr(item, "cls", None)
-    if cls is not None and issubclass(cls, TransactionTestCase):
-        return True
-    fixtures = set(getattr(item, "fixturenames", ()))
-    return item.get_closest_marker("django_db") is not None or bool(fixtures & {"db", "transactional_db", "live_server"})
-
-
 def _start_order(item) -> int:
     """Longest first: the ``slow`` tests, then the others that start processes (``e2e``,
-    ``browser``), then the tests on the test database, then the rest, which are quick
-    and fill the end of the run on every worker. Tests on the test database keep the
-    order pytest-django gave them (Django's: ``TestCase`` before ``TransactionTestCase``)."""
-    if _uses_database(item):
-        return 2
+    ``browser``), then the in-process ones, which are quick and fill the end of the run."""
     if item.get_closest_marker("slow") is not None:
         return 0
     if item.get_closest_marker("e2e") is not None or item.get_closest_marker("browser") is not None:
         return 1
-    return 3
+    return 2
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """pytest-xdist hands the workers their tests in collection order (after the
-    ``shared_server`` groups): a run used to end on one worker still busy with a
-    twenty-second test it was handed last while the others stood idle. Sorted by
-    ``_start_order``, after pytest-django's own sort (hence ``trylast``); the sort is
-    stable, so every worker collects the same order, as pytest-xdist requires."""
+    """A ``shared_server`` module's tests run on one pytest-xdist worker together (scripts/test.sh
+    runs ``--dist loadgroup``), so the module starts its one server once; every other test goes
+    to whichever worker is free, in collection order (after the groups).
+
+    That order is ``_start_order``'s: a run used to end on one worker still busy with a
+    twenty-second test it was handed last while the others stood idle. pytest-django sorts
+    after this hook (its own is tryfirst too, and registered earlier), stably: the tests on
+    the test database come first, in Django's order, and this order holds within each of its
+    groups. Both sorts are stable, so every worker collects the same order, as pytest-xdist
+    requires."""
+    for item in items:
+        if item.get_closest_marker("shared_server") is not None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=_start_order)
 
 
