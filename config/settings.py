@@ -291,6 +291,8 @@ STEERBOARD = {
     # frames, with bursts up to RATE_LIMIT_BURST, in each server process.
     "RATE_LIMIT_PER_SECOND": _env_limit("STEERBOARD_RATE_LIMIT_PER_SECOND", 50),
     "RATE_LIMIT_BURST": _env_limit("STEERBOARD_RATE_LIMIT_BURST", 300),
+    # Websockets one member or host token may hold open at once in each server process.
+    "MAX_SOCKETS_PER_TOKEN": _env_limit("STEERBOARD_MAX_SOCKETS_PER_TOKEN", 16),
     # Seconds between recovery sweeps in each server process; 0 turns the
     # in-process sweeper off (run `manage.py sweep --loop` instead).
     "SWEEP_INTERVAL": _env_float("STEERBOARD_SWEEP_INTERVAL", 5.0),

@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import events, hot_path, outage, quota, recovery, sessions, sweeper, tools, wire
+from mailbox import auth, events, hot_path, outage, quota, recovery, sessions, sweeper, tools, wire
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
@@ -29,6 +29,10 @@ CLOSE_RECONNECT = 4012
 # The frame needed the database (or Redis), which the server cannot reach just now:
 # after the SERVICE_UNAVAILABLE error frame, reconnect after a pause and say hello.
 CLOSE_UNAVAILABLE = 4503
+# The socket's token was revoked (or its member retired) after the socket opened.
+CLOSE_UNAUTHENTICATED = 4401
+# The token already holds MAX_SOCKETS_PER_TOKEN websockets on this process.
+CLOSE_TOO_MANY = 4429
 
 
 def _error(code: ErrorCode, message: str) -> dict:
@@ -139,6 +143,13 @@ class _JsonFrames(LeanConsumer):
             )
             await self.send_json(_error(ErrorCode.SERVER_ERROR, "That frame could not be handled; the socket stays open."))
 
+    async def refused(self, exc: TeamError, code: int) -> None:
+        """Accept only to say why in an ``error`` frame, then close with ``code``: a refusal
+        the client should read and reconnect after (a refused handshake is final to it)."""
+        await self.accept()
+        await self.send_json({"type": "error", **exc.as_wire()})
+        await self.close(code=code)
+
     async def unavailable(self, what: str = "database") -> None:
         """A frame needed the database (or Redis), out of reach just now: say so with
         SERVICE_UNAVAILABLE, then close with 4503; the client reconnects after a
@@ -158,6 +169,7 @@ class AgentConsumer(_JsonFrames):
     member = None
     said_hello = False
     hello_sent = False
+    revoked = False
 
     async def connect(self):
         sweeper.ensure_started()
@@ -170,9 +182,16 @@ class AgentConsumer(_JsonFrames):
             await self.unavailable()
             return
         if self.member is None:
-            await self.close(code=4401)
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.rate_key = quota.token_key(bearer_from_headers(self.scope["headers"]))  # tool frames' request rate
+        # The token's SHA-256: what revocation closes this socket by, and the tool frames' rate key.
+        self.token = self.rate_key = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        try:
+            quota.sockets_admit(auth.sockets_open(self.token))
+        except TeamError as exc:
+            self.member = None  # nothing of this socket to detach
+            await self.refused(exc, CLOSE_TOO_MANY)
+            return
         self.writes: collections.deque[asyncio.Future] = collections.deque()  # entries not yet committed, in order
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
@@ -181,18 +200,49 @@ class AgentConsumer(_JsonFrames):
         self.steered: set[str] = set()  # message ids steered on this socket, no entry reported yet
         # No group: what is for this member's session is sent to the channel its
         # hello records as the member's current one (mailbox/events.py).
+        auth.socket_opened(self.token, self)
         await self.accept()
 
     async def detach(self, code):
         if self.member is None:
             return
+        auth.socket_closed(self.token, self)
         events.session_unregister(self.channel_name)
         for task in list(self.tool_calls):
             task.cancel()
         if self.said_hello or self.hello_sent:
             await to_db_thread(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
 
+    # --- revocation: every frame speaks for a token that still exists ---------------------------
+    def token_revoked(self) -> None:
+        """On the event loop: the token this socket came with is gone (revoked, superseded,
+        or its member retired; mailbox/auth.py). No frame of it is handled from now on,
+        and the socket closes with 4401 after the frames already queued for it."""
+        if self.revoked:
+            return
+        self.revoked = True
+        self.push({"type": "session.revoked"})
+
+    async def session_revoked(self, event):
+        message = "This websocket's token was revoked (or its member retired); its frames are refused."
+        await self.send_json(_error(ErrorCode.UNAUTHENTICATED, message))
+        await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def _token_alive(self) -> bool:
+        """Whether this socket's token still exists: known without the database while the
+        process reads the revokes (mailbox/auth.py), else looked up as for REST."""
+        if self.revoked:
+            return False
+        if auth.token_alive(self.token):
+            return True
+        if await to_db_thread(auth.token_recheck)(self.token) is None:
+            self.token_revoked()
+            return False
+        return True
+
     async def receive_json(self, content, **kwargs):
+        if not await self._token_alive():
+            return
         try:
             frame = wire.AgentFrame.validate_python(content)
         except ValidationError as exc:
@@ -360,8 +410,16 @@ class HostConsumer(_JsonFrames):
         sweeper.ensure_started()
         self.team = await to_db_thread(host_team_from_headers)(self.scope["headers"])
         if self.team is None:
-            await self.close(code=4401)
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        self.token = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        try:
+            quota.sockets_admit(auth.host_sockets_open(self.token))
+        except TeamError as exc:
+            self.team = None  # nothing of this socket to detach
+            await self.refused(exc, CLOSE_TOO_MANY)
+            return
+        auth.host_socket_opened(self.token)
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -370,6 +428,7 @@ class HostConsumer(_JsonFrames):
     async def detach(self, code):
         if self.team is None:
             return
+        auth.host_socket_closed(self.token)
         try:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         finally:

@@ -9,6 +9,8 @@
 - **Request rate** (per token): the agents' API (REST, ``/mcp``) and the tool
   frames of the agent websocket take ``RATE_LIMIT_PER_SECOND`` requests a second
   per bearer token, with bursts up to ``RATE_LIMIT_BURST``.
+- **Open websockets** (per token): at most ``MAX_SOCKETS_PER_TOKEN`` agent or host
+  websockets of one token at once (mailbox/auth.py counts them).
 
 Each check is a dictionary lookup and a little arithmetic on the event loop's
 thread: no SQL, no lock, no round trip. The buckets live in the server process:
@@ -129,4 +131,16 @@ def request_charge(key) -> None:
             f"try again in {wait:.2f} s.",
             limit={"requests_per_second": rate, "burst": burst},
             retry_after=round(wait, 3),
+        )
+
+
+def sockets_admit(open_now: int) -> None:
+    """One more websocket for a token that holds ``open_now`` in this process, or
+    429 ``TOO_MANY_CONNECTIONS`` with the limit."""
+    limit = settings.STEERBOARD["MAX_SOCKETS_PER_TOKEN"]
+    if open_now >= limit:
+        raise TeamError(
+            ErrorCode.TOO_MANY_CONNECTIONS,
+            f"This token holds {open_now} open websockets on this server process, the most it may; close one first.",
+            limit={"sockets_per_token": limit},
         )

@@ -32,6 +32,7 @@ class ErrorCode(StrEnum):
     HISTORY_ENTRY_TOO_LARGE = "HISTORY_ENTRY_TOO_LARGE"
     HISTORY_QUOTA_EXCEEDED = "HISTORY_QUOTA_EXCEEDED"
     RATE_LIMITED = "RATE_LIMITED"
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     # Never raised as a refusal: what a transport answers when the server itself failed.
@@ -63,6 +64,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.HISTORY_ENTRY_TOO_LARGE: 413,
     ErrorCode.HISTORY_QUOTA_EXCEEDED: 429,
     ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.TOO_MANY_CONNECTIONS: 429,
     ErrorCode.SERVER_ERROR: 500,
 }
 

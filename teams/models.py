@@ -109,6 +109,15 @@ class MemberToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
 
+class RevokedToken(models.Model):
+    """A member token revoked in the last hour (teams/tokens.py writes one with each revoke):
+    what every server process reads, a few rows at a time, to close the websockets it
+    holds open with a revoked token (mailbox/auth.py)."""
+
+    token_hash = models.CharField(max_length=64)
+    revoked_at = models.DateTimeField(db_index=True)
+
+
 class TaskStatus(models.TextChoices):
     PENDING = "pending"
     IN_PROGRESS = "in_progress"

@@ -10,11 +10,17 @@ A member token's lifecycle (docs/operations.md, "Token lifecycle"):
   the new token to the session it runs, agents/host.py), so host reconnects and
   repeated starts never pile up live tokens.
 
-Revoking deletes the token's row; the caller also drops it from the process's
-lookup cache (mailbox/lifecycle.py).
+Revoking deletes the token's row and writes it down in ``RevokedToken`` for an hour
+(every server process reads the recent ones to close its websockets of those tokens,
+mailbox/auth.py); the caller also drops it from the process's lookup cache
+(mailbox/lifecycle.py, mailbox/hosts.py).
 """
 import hashlib
 import secrets
+from datetime import timedelta
+
+# How long a revoke stays in RevokedToken: far past the few seconds the processes take to read it.
+REVOKED_KEPT = timedelta(hours=1)
 
 MEMBER_PREFIX = "sbm_"
 HOST_PREFIX = "sbh_"
@@ -36,8 +42,7 @@ def start_token_create(*, member) -> tuple[str, list[str]]:
     revoked = list(
         MemberToken.objects.filter(member_id=member.pk, kind=TokenKind.START).values_list("token_hash", flat=True)
     )
-    if revoked:
-        MemberToken.objects.filter(token_hash__in=revoked).delete()
+    _revoke(revoked)
     token = token_new(MEMBER_PREFIX)
     MemberToken.objects.create(member_id=member.pk, token_hash=token_hash(token), kind=TokenKind.START)
     return token, revoked
@@ -48,5 +53,19 @@ def member_tokens_delete(*, member_id: int) -> list[str]:
     from teams.models import MemberToken
 
     hashes = list(MemberToken.objects.filter(member_id=member_id).values_list("token_hash", flat=True))
-    MemberToken.objects.filter(token_hash__in=hashes).delete()
+    _revoke(hashes)
     return hashes
+
+
+def _revoke(hashes: list[str]) -> None:
+    """Delete these tokens and write their revoke down (dropping the ones older than REVOKED_KEPT)."""
+    from django.utils import timezone
+
+    from teams.models import MemberToken, RevokedToken
+
+    if not hashes:
+        return
+    MemberToken.objects.filter(token_hash__in=hashes).delete()
+    now = timezone.now()
+    RevokedToken.objects.filter(revoked_at__lt=now - REVOKED_KEPT).delete()
+    RevokedToken.objects.bulk_create([RevokedToken(token_hash=h, revoked_at=now) for h in hashes])

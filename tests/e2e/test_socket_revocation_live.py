@@ -1,0 +1,144 @@
+"""Revocation reaches agent websockets opened before it, on every process, within the
+bound REST has (STEERBOARD_TOKEN_CACHE_SECONDS, 5 s by default; docs/operations.md,
+"Token lifecycle"): real daphne processes, a real websocket client, and the revoke made
+by another process (a manage.py command, or REST on a second server)."""
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+import websockets
+
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+BOUND = 5.0  # TOKEN_CACHE_SECONDS' default
+
+
+def _spawn(environment, server, lead: str, team: str, name: str) -> None:
+    response = httpx.post(
+        f"{server.url}/api/v1/tools/spawn_teammate",
+        json={"name": name, "description": "d", "prompt": ""},
+        headers={"Authorization": f"Bearer {lead}"},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+
+
+async def _session(server, token: str, hello: bool = True):
+    ws = await websockets.connect(f"{server.ws_url}/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"})
+    if hello:
+        await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+        while json.loads(await ws.recv())["type"] != "welcome":
+            pass
+    return ws
+
+
+async def _acting_until_closed(ws, target: str = "lead") -> tuple[int, float, list[dict]]:
+    """Send a message every 0.2 s until the server closes the socket: its close code,
+    when (monotonic), and the frames that came meanwhile."""
+    frames: list[dict] = []
+
+    async def read():
+        async for text in ws:
+            frames.append(json.loads(text))
+
+    reader = asyncio.ensure_future(read())
+    i = 0
+    try:
+        while not reader.done():
+            try:
+                await ws.send(json.dumps({"type": "tool", "id": f"t{i}", "name": "send_message",
+                                          "arguments": {"target": target, "message": f"after the revoke #{i}"}}))
+            except websockets.ConnectionClosed:
+                break
+            i += 1
+            await asyncio.wait([reader], timeout=0.2)
+        await asyncio.wait_for(reader, 10)
+    except websockets.ConnectionClosed:
+        pass
+    return ws.close_code, time.monotonic(), frames
+
+
+async def test_a_token_revoked_by_another_process_closes_its_open_socket_within_the_bound(live_env, daphne_server):
+    team = live_env.team_create("rv")
+    lead = team["lead"]["token"]
+    _spawn(live_env, daphne_server, lead, "rv", "impl")
+    token = live_env.manage_json("member_token", "rv", "impl")["token"]
+    ws = await _session(daphne_server, token)
+    acting = asyncio.ensure_future(_acting_until_closed(ws))
+    await asyncio.sleep(0.5)
+
+    revoked_at = time.monotonic()
+    assert (await asyncio.to_thread(live_env.manage_json, "member_token", "rv", "impl", "--revoke"))["revoked"] == 1
+    code, closed_at, frames = await asyncio.wait_for(acting, BOUND + 10)
+
+    print(f"\nsocket closed {closed_at - revoked_at:.2f}s after another process revoked its token")
+    assert code == 4401
+    assert any(f["type"] == "error" and f["error"]["code"] == "UNAUTHENTICATED" for f in frames)
+    assert closed_at - revoked_at <= BOUND
+    # Nothing was stored after the close, and the token opens nothing any more.
+    stored = live_env.query("SELECT count(*) FROM mailbox_teammessage m JOIN teams_member s ON s.id = m.sender_id "
+                            "WHERE s.name = 'impl'")[0][0]
+    answered = sum(1 for f in frames if f["type"] == "tool_result" and "result" in f)
+    assert answered <= stored <= answered + 2  # the answered ones, and any in flight at the close
+    with pytest.raises(websockets.InvalidStatus):
+        await _session(daphne_server, token, hello=False)
+
+
+async def test_retiring_by_command_closes_every_socket_of_the_member(live_env, daphne_server):
+    team = live_env.team_create("rt")
+    lead = team["lead"]["token"]
+    _spawn(live_env, daphne_server, lead, "rt", "impl")
+    older = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
+    current = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
+    acting = asyncio.ensure_future(_acting_until_closed(older))
+    await asyncio.sleep(0.3)
+
+    retired_at = time.monotonic()
+    assert (await asyncio.to_thread(live_env.manage_json, "member_retire", "rt", "impl"))["revoked"] == 2
+    code, closed_at, frames = await asyncio.wait_for(acting, BOUND + 10)
+    assert code == 4401 and closed_at - retired_at <= BOUND
+    await asyncio.wait_for(current.wait_closed(), BOUND + 1)
+    assert current.close_code in (4012, 4401)
+    assert time.monotonic() - retired_at <= BOUND + 1
+    # A retired member stored nothing after its retirement was answered.
+    late = live_env.query(
+        "SELECT count(*) FROM mailbox_teammessage m JOIN teams_member s ON s.id = m.sender_id "
+        "WHERE s.name = 'impl' AND s.phase = 'retired'"
+    )[0][0]
+    answered = sum(1 for f in frames if f["type"] == "tool_result" and "result" in f)
+    assert late <= answered + 2
+
+
+@postgres_run_only("several processes on PostgreSQL + Redis")
+async def test_a_rest_revoke_on_one_process_closes_the_socket_held_by_another(tmp_path):
+    environment = LiveEnvironment(tmp_path, scale_out=True)
+    a = DaphneProcess(environment).start()
+    b = DaphneProcess(environment).start()
+    try:
+        team = environment.team_create("mp")
+        lead = team["lead"]["token"]
+        operator = environment.operator_create("op")["token"]
+        _spawn(environment, b, lead, "mp", "impl")
+        token = environment.manage_json("member_token", "mp", "impl")["token"]
+        ws = await _session(a, token)
+        acting = asyncio.ensure_future(_acting_until_closed(ws))
+        await asyncio.sleep(0.5)
+
+        revoked_at = time.monotonic()
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(f"{b.url}/api/v1/teams/mp/members/impl/tokens/revoke",
+                                         headers={"Authorization": f"Token {operator}"})
+        assert response.status_code == 200 and response.json()["revoked"] == 1
+        code, closed_at, frames = await asyncio.wait_for(acting, BOUND + 10)
+        print(f"\nsocket on A closed {closed_at - revoked_at:.2f}s after B revoked its token")
+        assert code == 4401 and closed_at - revoked_at <= BOUND
+        with pytest.raises(websockets.InvalidStatus):
+            await _session(a, token, hello=False)
+    finally:
+        a.stop()
+        b.stop()
+        environment.close()
