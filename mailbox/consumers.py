@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import auth, events, hot_path, outage, quota, recovery, sessions, sweeper, tools, wire
+from mailbox import auth, events, hot_path, outage, presence, quota, recovery, sessions, sweeper, tools, wire
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
@@ -98,10 +98,15 @@ class _JsonFrames(LeanConsumer):
         if self._detached:
             return
         self._detached = True
+        presence.socket_closed(self.channel_name)
         try:
             await self.detach(code)
         except Exception as exc:
-            log.warning("detaching %s failed: %s: %s", type(self).__name__, type(exc).__name__, exc)
+            # Most likely the database is out of reach: the process ends this socket's
+            # session or host row once it is back (recovery.presence_reconcile).
+            log.warning("detaching %s failed: %s: %s; retrying when the database answers",
+                        type(self).__name__, type(exc).__name__, exc)
+            sweeper.reconcile_soon()
 
     async def detach(self, code) -> None:
         """End what this socket held (a session, a host's presence); runs exactly once."""
@@ -200,6 +205,7 @@ class AgentConsumer(_JsonFrames):
         self.steered: set[str] = set()  # message ids steered on this socket, no entry reported yet
         # No group: what is for this member's session is sent to the channel its
         # hello records as the member's current one (mailbox/events.py).
+        presence.socket_opened(self.channel_name)
         auth.socket_opened(self.token, self)
         await self.accept()
 
@@ -420,6 +426,7 @@ class HostConsumer(_JsonFrames):
             await self.refused(exc, CLOSE_TOO_MANY)
             return
         auth.host_socket_opened(self.token)
+        presence.socket_opened(self.channel_name)
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()

@@ -56,6 +56,11 @@ _registered = False
 # The websockets this process holds: channel -> member id / team id.
 _sessions: dict[str, int] = {}
 _hosts: dict[str, int] = {}
+# The channels of the websockets open in this process right now, kept by the consumers
+# whatever the database said: a socket whose detach could not be written (the database was
+# out of reach when it closed) is no longer here while its presence row still is
+# (recovery.presence_reconcile ends such rows).
+_open: set[str] = set()
 
 
 def timing(name: str) -> float:
@@ -117,6 +122,23 @@ def _websockets_reset() -> None:
 
 
 # --- websockets this process holds -----------------------------------------------------------
+def socket_opened(channel: str) -> None:
+    """A websocket (agent session or host) of this process was accepted: before any row of it is written."""
+    with _lock:
+        _open.add(channel)
+
+
+def socket_closed(channel: str) -> None:
+    """It closed: before its rows are ended (which may fail and be left to reconcile)."""
+    with _lock:
+        _open.discard(channel)
+
+
+def open_channels() -> set[str]:
+    with _lock:
+        return set(_open)
+
+
 def session_attached(*, member_id: int, channel: str) -> None:
     _ensure_registered()
     with _lock:

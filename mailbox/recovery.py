@@ -12,6 +12,8 @@ every ``SWEEP_INTERVAL`` and by ``manage.py sweep``:
    accepted and not delivered for ``REDELIVER_AFTER`` (backing off), and ask
    hosts to start members that wait for a provision or a prompt.
 
+``presence_reconcile`` ends this process's own sessions and hosts whose websockets
+closed without their detach (the database was out of reach then).
 ``host_arrived`` runs the same for one team when a host connects, and
 ``sessions_ring_again`` for the sessions this process holds when Redis comes
 back (mailbox/events.py runs it; mailbox/apps.py registers it). Every step
@@ -139,12 +141,7 @@ def presence_reap() -> dict:
     dead_sessions = list(
         SessionPresence.objects.exclude(process_id__in=live).values_list("channel", "member_id")[:1000]
     )
-    ended: set[int] = set()
-    for channel, member_id in dead_sessions:
-        before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
-        sessions.session_closed(member_id=member_id, channel=channel)  # drops its presence row too
-        if before:
-            ended.add(member_id)
+    ended = _sessions_end(dead_sessions)
     # A dead process's host rows only count hosts that are gone: one DELETE.
     hosts_dropped, _ = HostPresence.objects.exclude(process_id__in=live).delete()
     # Members still marked connected through a channel no process vouches for
@@ -164,14 +161,59 @@ def presence_reap() -> dict:
         gone = ServerProcess.objects.filter(last_seen__lt=cutoff).exclude(pk=PROCESS_ID)
         dead_ids = list(gone.values_list("pk", flat=True))
         gone.delete()
-    # Their undelivered messages go to a live host now (cold-resume), not after REDELIVER_AFTER.
-    for member_id in sorted(ended):
-        delivery.target_admit(target_id=member_id, redeliver=True, skip_locked=True)
+    _resume_elsewhere(ended)
     return {
         "dead_processes": len(dead_ids),
         "sessions_closed": len(ended),
         "hosts_dropped": hosts_dropped,
     }
+
+
+def _sessions_end(pairs) -> set[int]:
+    """Close these (channel, member id) sessions as a clean disconnect would; answers the
+    members whose current session one of them was."""
+    ended: set[int] = set()
+    for channel, member_id in pairs:
+        before = Member.objects.filter(pk=member_id, session_channel=channel).exists()
+        sessions.session_closed(member_id=member_id, channel=channel)  # drops its presence row too
+        if before:
+            ended.add(member_id)
+    return ended
+
+
+def _resume_elsewhere(ended: set[int]) -> None:
+    """Members whose session was closed for them: their undelivered messages go to a live
+    host now (cold-resume), not after REDELIVER_AFTER."""
+    for member_id in sorted(ended):
+        delivery.target_admit(target_id=member_id, redeliver=True, skip_locked=True)
+
+
+def presence_reconcile() -> dict:
+    """This process's own presence rows against the websockets it really holds.
+
+    A socket that closed while the database was out of reach could not write its
+    detach: its member stayed ``running`` with a session nobody reads, its host row
+    kept saying a host is connected, and admission pushed into the void. Each row of
+    this process whose socket is gone is ended now exactly as that detach would have
+    (mailbox/sweeper.py runs this after a failed detach, when the database comes back,
+    and now and then)."""
+    rows = list(SessionPresence.objects.filter(process_id=PROCESS_ID).values_list("channel", "member_id"))
+    host_rows = list(HostPresence.objects.filter(process_id=PROCESS_ID).values_list("channel", flat=True))
+    # Read after the rows: a socket that opened since is in neither, one that closed since is a ghost
+    # its own detach also ends (both are idempotent).
+    held = presence.open_channels()
+    ghosts = [(channel, member_id) for channel, member_id in rows if channel not in held]
+    ended = _sessions_end(ghosts)
+    gone_hosts = [channel for channel in host_rows if channel not in held]
+    for channel in gone_hosts:
+        sessions.host_disconnected(channel=channel)
+    _resume_elsewhere(ended)
+    if ghosts or gone_hosts:
+        log.warning(
+            "ended %d session(s) and %d host(s) whose websockets had closed without their detach",
+            len(ghosts), len(gone_hosts),
+        )
+    return {"sessions_closed": len(ghosts), "hosts_dropped": len(gone_hosts)}
 
 
 def host_arrived(*, team_id: int, channel: str) -> None:

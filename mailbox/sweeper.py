@@ -3,7 +3,8 @@
 Each server process runs one sweeper in the background, started by the first
 websocket or tool call it serves (daphne has no startup hook); the same task
 beats the process's heartbeat (mailbox/presence.py), also when the sweep
-itself is left to ``manage.py sweep``. Several processes may sweep at
+itself is left to ``manage.py sweep``, and holds the process's presence rows
+against its open websockets (``recovery.presence_reconcile``). Several processes may sweep at
 once: admission claims targets with SKIP LOCKED, so no two admit the same
 target together, and reaping a dead process's presence is idempotent.
 ``manage.py sweep --loop`` runs the same pass on its own.
@@ -17,15 +18,19 @@ from django.db import connections
 
 from mailbox import db, outage, presence
 from mailbox.db import to_db_thread
-from mailbox.recovery import recovery_pass
+from mailbox.recovery import presence_reconcile, recovery_pass
 
 log = logging.getLogger(__name__)
 CHECKPOINT_INTERVAL = 1.0
 # While the database is out of reach the heartbeat tries this often, so its return is
 # noticed (and the recovery pass runs) within a fraction of a second.
 OUTAGE_BEAT_INTERVAL = 0.25
+# This process's presence rows are held against its open websockets this often, besides
+# after every detach that failed and whenever the database comes back.
+RECONCILE_INTERVAL = 60.0
 _task: asyncio.Task | None = None
 _wake: asyncio.Event | None = None
+_reconcile: asyncio.Event | None = None
 
 
 async def _beat_loop(interval: float) -> None:
@@ -67,15 +72,45 @@ async def _sweep_loop(interval: float) -> None:
                 log.warning("recovery sweep failed; trying again next interval", exc_info=True)
 
 
-def _database_back() -> None:
-    """From whichever thread saw the database work again: wake the sweep now."""
-    task, wake = _task, _wake
-    if task is None or task.done() or wake is None:
+async def _reconcile_loop(interval: float) -> None:
+    """recovery.presence_reconcile: when a detach failed (``reconcile_soon``), when the
+    database comes back, and every ``interval``; tried again until it lands."""
+    while True:
+        try:
+            await asyncio.wait_for(_reconcile.wait(), interval)
+        except asyncio.TimeoutError:
+            pass
+        _reconcile.clear()
+        try:
+            await to_db_thread(presence_reconcile)()
+        except Exception as exc:
+            if outage.noted(exc, "reconciling presence") is None:
+                log.warning("reconciling this process's presence failed; trying again", exc_info=True)
+            await asyncio.sleep(OUTAGE_BEAT_INTERVAL)
+            _reconcile.set()
+
+
+def _set_soon(event: asyncio.Event | None) -> None:
+    """Set one of the sweeper's events from any thread."""
+    task = _task
+    if task is None or task.done() or event is None:
         return
     try:
-        task.get_loop().call_soon_threadsafe(wake.set)
+        task.get_loop().call_soon_threadsafe(event.set)
     except RuntimeError:  # that loop has closed
         pass
+
+
+def _database_back() -> None:
+    """From whichever thread saw the database work again: wake the sweep now, and
+    end what sockets that closed meanwhile could not."""
+    _set_soon(_wake)
+    _set_soon(_reconcile)
+
+
+def reconcile_soon() -> None:
+    """A websocket's detach failed: end its presence as soon as the database takes it."""
+    _set_soon(_reconcile)
 
 
 outage.database.on_back(_database_back)
@@ -87,7 +122,7 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
     that takes long under load (it queues with the requests for the database
     threads) must not delay the beat, or the other processes take this one for
     dead."""
-    loops = [_beat_loop(beat_interval)]
+    loops = [_beat_loop(beat_interval), _reconcile_loop(RECONCILE_INTERVAL)]
     if connections["default"].vendor == "sqlite":
         loops.append(_checkpoint_loop(CHECKPOINT_INTERVAL))
     if sweep_interval > 0:
@@ -96,7 +131,7 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
 
 
 def ensure_started() -> None:
-    global _task, _wake
+    global _task, _wake, _reconcile
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -109,7 +144,7 @@ def ensure_started() -> None:
         return
     # A context of its own: started from inside a request, it must not inherit
     # (and outlive) that request's context.
-    _wake = asyncio.Event()
+    _wake, _reconcile = asyncio.Event(), asyncio.Event()
     _task = loop.create_task(
         _run(sweep_interval, beat_interval if beat_interval > 0 else sweep_interval), context=contextvars.Context()
     )
