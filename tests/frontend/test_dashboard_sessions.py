@@ -4,6 +4,7 @@ close with 4401 at once; a session that expired or was deleted, or a change that
 rang nobody, is found by the periodic recheck (frontend/consumers.py,
 accounts/sessions.py). Other sessions and other people's sockets stay open."""
 import asyncio
+import io
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts import sessions as account_sessions
@@ -90,7 +93,7 @@ async def test_a_password_reset_closes_every_socket_of_the_user_on_its_doorbell(
     other_person = await _open(theirs)
 
     await database_sync_to_async(call_command)(
-        "operator_create", "viewer", "--password", "a new password 26", "--json", stdout=open("/dev/null", "w")
+        "operator_create", "viewer", "--password", "a new password 26", "--json", stdout=io.StringIO()
     )
     for socket in sockets:  # the periodic recheck is an hour away: the doorbell did it
         await _closed_4401(socket)
@@ -161,8 +164,6 @@ async def test_the_periodic_recheck_closes_what_no_doorbell_announced(checks, mo
 async def test_a_session_check_reads_the_sessions_and_their_users_once_for_all_sockets(checks):
     keys = [await _signed_in("viewer", team="alpha"), await _signed_in("viewer"), await _signed_in("someone")]
     sockets = [await _open(key) for key in keys] + [await _open(keys[0], "/ws/dashboard/")]
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     def check():
         with CaptureQueriesContext(connection) as queries:
