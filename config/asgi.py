@@ -109,6 +109,9 @@ django_app = RequestThreads(django_asgi_app)
 agent_api_app = RequestThreads(AgentApiHandler())
 # Paths whose every request with a body must carry a member's bearer token.
 MEMBER_BODY_PREFIXES = (*AGENT_API_PREFIXES, "/mcp")
+# Paths where a request with a bearer token takes one from that token's bucket: the
+# agents' API, /mcp, and the operator REST a member token may read (its own team).
+RATE_LIMITED_PREFIXES = ("/api/", "/mcp")
 
 
 def _header(scope, name: bytes) -> bytes | None:
@@ -177,7 +180,7 @@ def body_limits(app):
 
 
 async def _rate_limited(scope, send, path: str) -> bool:
-    """Each bearer token's request rate on the agents' API and /mcp (mailbox/quota.py):
+    """Each bearer token's request rate on the REST API and /mcp (mailbox/quota.py):
     past it 429 ``RATE_LIMITED`` with the limit and Retry-After, before the body is read.
     A request without a token goes on (the endpoint answers it)."""
     from mailbox import quota
@@ -202,7 +205,7 @@ async def http_app(scope, receive, send):
     tools' MCP endpoint (mailbox/mcp_server.py); the agents' other bearer-token
     endpoints skip the browser middleware; every other path is Django's."""
     path = scope.get("path", "")
-    if path.startswith(MEMBER_BODY_PREFIXES) and await _rate_limited(scope, send, path):
+    if path.startswith(RATE_LIMITED_PREFIXES) and await _rate_limited(scope, send, path):
         return
     if tool_calls.handles(scope):  # the agents' tool calls: no Django request cycle at all
         return await tool_calls.app(scope, receive, send)

@@ -287,7 +287,7 @@ STEERBOARD = {
     "MAX_ENTRY_BYTES": _env_limit("STEERBOARD_MAX_ENTRY_BYTES", 256 * 1024),
     "MAX_ENTRIES_PER_REQUEST": _env_limit("STEERBOARD_MAX_ENTRIES_PER_REQUEST", 100),
     "HISTORY_BYTES_PER_MINUTE": _env_limit("STEERBOARD_HISTORY_BYTES_PER_MINUTE", 8 * 1024 * 1024),
-    # Requests a second per bearer token on the agents' API, /mcp and websocket tool
+    # Requests a second per bearer token on the REST API, /mcp and websocket tool
     # frames, with bursts up to RATE_LIMIT_BURST, in each server process.
     "RATE_LIMIT_PER_SECOND": _env_limit("STEERBOARD_RATE_LIMIT_PER_SECOND", 50),
     "RATE_LIMIT_BURST": _env_limit("STEERBOARD_RATE_LIMIT_BURST", 300),

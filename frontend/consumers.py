@@ -10,7 +10,15 @@ A socket without a signed-in session is accepted and closed at once with 4401
 (a close before the handshake would reach the browser as an HTTP 403, which
 the page cannot tell from a network error); the page then goes to the login
 page. Each socket joins a group of its session (``session_group``): signing
-out closes every socket that session still has open, with 4401 too.
+out closes every socket that session still has open, with 4401 too. A socket
+stays open only while its session stays signed in (accounts/sessions.py): each
+also joins a group of its user (``user_group``), rung when the user changes (a
+password reset, deactivated, deleted: frontend/signals.py), on which this
+process checks its sockets' sessions at once; and while any are open, one task
+checks them all every ``SESSION_RECHECK_INTERVAL`` seconds (one read of the
+sessions and one of their users), which also ends the sockets of sessions
+that expired or were deleted, and those whose doorbell was lost. Those no
+longer signed in are closed with 4401.
 
 The team list hears of teams made by any process: another daphne, or
 ``manage.py team_create`` on the embedded default, where the in-memory channel
@@ -27,8 +35,9 @@ import logging
 
 from django.db.models import Count, Max
 
-from frontend.signals import session_group
-from mailbox import events
+from accounts.sessions import sessions_signed_out
+from frontend.signals import session_group, user_group
+from mailbox import events, outage
 from mailbox.consumers import LeanConsumer
 from mailbox.db import to_db_thread
 from teams.models import Team
@@ -36,6 +45,7 @@ from teams.models import Team
 log = logging.getLogger(__name__)
 TEAM_LIST_WINDOW = 100
 TEAM_WATCH_INTERVAL = 2.0
+SESSION_RECHECK_INTERVAL = 5.0  # the bound on a signed-out socket staying open (docs/dashboard.md)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # A browser only ever sends {"type": "ping"}; anything longer is not ours.
@@ -84,6 +94,45 @@ def _team_watch_start() -> None:
         _team_watch = asyncio.ensure_future(_watch_teams())
 
 
+# Every signed-in dashboard socket of this process, and the one task that checks their sessions.
+_signed_in: set["DashboardConsumer"] = set()
+_session_watch: asyncio.Task | None = None
+_recheck_now: asyncio.Event | None = None
+
+
+async def _watch_sessions() -> None:
+    while _signed_in:
+        try:
+            await asyncio.wait_for(_recheck_now.wait(), SESSION_RECHECK_INTERVAL)
+        except TimeoutError:
+            pass
+        _recheck_now.clear()
+        sockets = list(_signed_in)
+        if not sockets:
+            return
+        try:
+            ended = await to_db_thread(sessions_signed_out)(sessions={s.session_key: s.user_id for s in sockets})
+        except Exception as exc:  # the database is away: /readyz tells the page; check again next time
+            if outage.noted(exc, "a dashboard session check") is None:
+                log.warning("could not check the dashboard sockets' sessions", exc_info=True)
+            continue
+        for socket in sockets:
+            if socket.session_key in ended and socket in _signed_in:
+                _signed_in.discard(socket)
+                try:
+                    await socket.close(code=CLOSE_UNAUTHENTICATED)
+                except Exception:  # it went meanwhile; the others still close
+                    log.debug("closing a signed-out dashboard socket failed", exc_info=True)
+
+
+def _session_watch_start() -> None:
+    global _session_watch, _recheck_now
+    loop = asyncio.get_running_loop()
+    if _session_watch is None or _session_watch.done() or _session_watch.get_loop() is not loop:
+        _recheck_now = asyncio.Event()
+        _session_watch = asyncio.ensure_future(_watch_sessions())
+
+
 def _error(message: str) -> dict:
     return {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": message}}
 
@@ -91,13 +140,24 @@ def _error(message: str) -> dict:
 class DashboardConsumer(LeanConsumer):
     groups_joined: list[str] = []
     teams_mark: tuple[int, int | None] | None = None
+    session_key: str | None = None
+    user_id: str | None = None
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # however the socket ended (disconnect() does not run when the task is cancelled)
+            _signed_in.discard(self)
+            _team_lists.discard(self)
 
     async def connect(self):
         self.groups_joined = []
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
+        session = self.scope.get("session")
+        if user is None or not user.is_authenticated or session is None or not session.session_key:
             await self._refuse(CLOSE_UNAUTHENTICATED)
             return
+        self.session_key, self.user_id = session.session_key, str(user.pk)
         team_name = self.scope["url_route"]["kwargs"].get("team")
         if team_name is None:
             team_ids, self.teams_mark = await to_db_thread(_team_list_read)()
@@ -107,13 +167,13 @@ class DashboardConsumer(LeanConsumer):
             await self._refuse(CLOSE_NOT_FOUND)
             return
         groups = [events.dashboard_group(team_id) for team_id in team_ids]
-        session = self.scope.get("session")
-        if session is not None and session.session_key:
-            groups.append(session_group(session.session_key))
+        groups += [session_group(self.session_key), user_group(self.user_id)]
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined.append(group)
         await self.accept()
+        _signed_in.add(self)
+        _session_watch_start()
         # The page re-reads on this frame: anything before the subscription is in that read.
         await self.send_json({"type": "subscribed", "team": team_name})
         if team_name is None:
@@ -138,6 +198,7 @@ class DashboardConsumer(LeanConsumer):
 
     async def disconnect(self, code):
         _team_lists.discard(self)
+        _signed_in.discard(self)
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -167,4 +228,10 @@ class DashboardConsumer(LeanConsumer):
         await self.send_json({k: v for k, v in event.items() if k != "type"} | {"type": "team.changed"})
 
     async def session_ended(self, event):
+        _signed_in.discard(self)
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def session_check(self, event):
+        """The user changed (frontend/signals.py): check this process's sockets' sessions now."""
+        if _recheck_now is not None:
+            _recheck_now.set()

@@ -6,7 +6,9 @@
   orchestrator restart every process (which would not bring it back).
 - ``/readyz``: the process can reach its database (``SELECT 1`` on one of its
   database threads) and, on scale-out, Redis (a publish); 503 with what is
-  out of reach otherwise, so a load balancer sends new work elsewhere.
+  out of reach otherwise, so a load balancer sends new work elsewhere. Anyone
+  may ask, so the answer says only ``unavailable``: the driver's error names
+  the database's host and port, and goes to the log (mailbox/outage.py's lines).
 """
 import asyncio
 import os
@@ -20,6 +22,7 @@ from mailbox import outage
 from mailbox.db import to_db_thread
 
 CHECK_TIMEOUT = 2.0  # seconds each dependency may take to answer /readyz
+UNAVAILABLE = {"ok": False, "error": "unavailable"}  # no detail: it is logged, not shown
 
 
 async def healthz(request):
@@ -37,7 +40,7 @@ async def _database() -> dict:
         await asyncio.wait_for(to_db_thread(_select_one)(), CHECK_TIMEOUT)
     except Exception as exc:
         outage.database.failed("readyz", exc)
-        return {"ok": False, "error": outage._short(exc)}
+        return UNAVAILABLE
     outage.database.ok()
     return {"ok": True}
 
@@ -47,7 +50,7 @@ async def _redis() -> dict:
         await asyncio.wait_for(get_channel_layer().group_send("readyz", {"type": "readyz"}), CHECK_TIMEOUT)
     except Exception as exc:
         outage.redis.failed("readyz", exc)
-        return {"ok": False, "error": outage._short(exc)}
+        return UNAVAILABLE
     outage.redis.ok()
     return {"ok": True}
 

@@ -4,8 +4,10 @@
 Each dependency has one ``Dependency`` per process that says whether it is
 reachable as this process last saw it, and keeps the logs short: one warning
 when it goes, a count of what failed every ``COUNT_EVERY`` seconds while it is
-away, one line when it is back (no traceback per failure). Whoever sees a
-failure calls ``failed``; whoever sees it work again calls ``ok``. Callbacks
+away (with the latest failure's own words: the driver's error, which names the
+host and port and is shown to no client), one line when it is back (no
+traceback per failure). Whoever sees a failure calls ``failed``; whoever sees
+it work again calls ``ok``. Callbacks
 registered with ``on_back`` run when it comes back (the sweeper's and the
 channel layer's recovery passes).
 
@@ -65,12 +67,13 @@ class Dependency:
                 due = now - self._counted_at >= COUNT_EVERY
                 if due:
                     self._counted_at = now
+            down_since, failures = self.down_since, self.failures
         if first:
             log.warning("%s unreachable (%s: %s); failures are counted until it is back",
                         self.name, what, _short(exc))
         elif due:
-            log.warning("%s still unreachable after %.0fs: %d failures so far",
-                        self.name, now - self.down_since, self.failures)
+            log.warning("%s still unreachable after %.0fs: %d failures so far (the latest, %s: %s)",
+                        self.name, now - down_since, failures, what, _short(exc))
 
     def suspect(self) -> None:
         """A connection was found broken (the server restarted): the others may be too."""

@@ -6,9 +6,10 @@
   or unacknowledged on one agent websocket; at most ``HISTORY_BYTES_PER_MINUTE``
   bytes of entries a minute (a token bucket: that many may come at once, then
   they refill at a sixtieth of it a second).
-- **Request rate** (per token): the agents' API (REST, ``/mcp``) and the tool
-  frames of the agent websocket take ``RATE_LIMIT_PER_SECOND`` requests a second
-  per bearer token, with bursts up to ``RATE_LIMIT_BURST``.
+- **Request rate** (per token): every request with a bearer token to the REST
+  API (the agents' endpoints, and a member token's reads of the operator REST),
+  ``/mcp`` and the tool frames of the agent websocket take ``RATE_LIMIT_PER_SECOND``
+  requests a second per bearer token, with bursts up to ``RATE_LIMIT_BURST``.
 - **Open websockets** (per token): at most ``MAX_SOCKETS_PER_TOKEN`` agent or host
   websockets of one token at once (mailbox/auth.py counts them).
 

@@ -1,9 +1,10 @@
 """Reads of the mailbox for operators and the dashboard; every list is keyset-paginated."""
 from datetime import datetime
 
-from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
 from mailbox.models import HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.text_match import ContainsAnyCase
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState, Task, Team
@@ -153,7 +154,7 @@ def messages_matching(
     if thread:
         qs = qs.filter(Q(thread_id=thread) | Q(pk=thread))
     if q:
-        qs = qs.filter(content__icontains=q)
+        qs = qs.filter(ContainsAnyCase(F("content"), q))  # every letter's case, on both databases
     if since:
         qs = qs.filter(queued_at__gte=since)
     if until:

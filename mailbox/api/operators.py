@@ -1,4 +1,6 @@
 """Operator REST: teams, their messages, retries and human prompts. Thin: parse, call, render."""
+from collections.abc import Mapping
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +18,7 @@ from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthent
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
 from teams import services as team_services
-from teams.errors import TeamError
+from teams.errors import ErrorCode, TeamError
 from teams.models import Team
 
 
@@ -157,8 +159,16 @@ class TeamRetryView(_Api):
 
 
 def _body_dict(request) -> dict:
+    """The filters a body names: none for no body, else it is an object (JSON or a form).
+    Anything else (``[1, 2]``, ``"x"``, ``null``) is refused rather than read as no
+    filter at all, which would select the whole team."""
     data = request.data
-    return dict(data.items()) if hasattr(data, "items") else {}
+    if isinstance(data, Mapping):
+        return dict(data.items())
+    raise TeamError(
+        ErrorCode.VALIDATION_ERROR,
+        'The body is empty or a JSON object of filters, e.g. {"target": "coder"}; nothing was retried.',
+    )
 
 
 class MessageRetryView(_Api):
@@ -179,8 +189,6 @@ class TargetRetryView(_Api):
     def post(self, request, team, member):
         found = team_selectors.member_get(team_id=self.team().pk, name=member)
         if found is None:
-            from teams.errors import ErrorCode, TeamError
-
             raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {member!r} on this team.")
         admission = delivery.target_retry(target=found, by=request.user.get_username())
         return Response(

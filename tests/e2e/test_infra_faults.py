@@ -196,6 +196,9 @@ async def test_postgresql_stopped_mid_stream_answers_503_loses_nothing_and_recov
     assert seen["healthz"].status_code == 200 and seen["healthz"].json()["status"] == "ok"
     assert seen["readyz"].status_code == 503, seen["readyz"].text
     assert seen["readyz"].json()["database"]["ok"] is False and seen["readyz"].json()["redis"]["ok"] is True
+    # Anyone may ask /readyz: it says "unavailable", never where the database is (that is logged).
+    assert seen["readyz"].json()["database"] == {"ok": False, "error": "unavailable"}
+    assert str(pg.port) not in seen["readyz"].text
     healthz, readyz = _health(a)
     assert healthz.status_code == 200 and readyz.status_code == 200, readyz.text
     assert readyz.json() == {"status": "ready", "database": {"ok": True}, "redis": {"ok": True}}

@@ -211,3 +211,28 @@ async def test_team_retry_retries_the_selection_and_refuses_viewers(api):
     assert (await api.http.post("/api/v1/teams/alpha/retry?state=delivered", headers=ops)).json() == {"retried": 0}
     bad = await api.http.post("/api/v1/teams/alpha/retry?state=lost", headers=ops)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '"x"', "null", "7", "true", '[{"target": "coder"}]'])
+async def test_team_retry_refuses_a_body_that_is_not_an_object_and_retries_nothing(api, body):
+    # Read as "no filters", such a body used to retry every undelivered message of the team.
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "coder")
+    ops = await person("ops", operator=True)
+    sent = (await api.ok(team["lead"], "send_message", target="coder", message="stuck"))["message_id"]
+    json_body = {**ops, "Content-Type": "application/json"}
+
+    refused = await api.http.post("/api/v1/teams/alpha/retry", content=body, headers=json_body)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert "team/message/retried" not in await record_kinds(sent)
+    # With filters in the query as well, nothing either.
+    refused = await api.http.post("/api/v1/teams/alpha/retry?target=coder", content=body, headers=json_body)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert "team/message/retried" not in await record_kinds(sent)
+    # An empty body, an object, or a form still select as before.
+    assert (await api.http.post("/api/v1/teams/alpha/retry", content=b"", headers=json_body)).json() == {"retried": 1}
+    assert (await api.http.post("/api/v1/teams/alpha/retry", content="{}", headers=json_body)).json() == {"retried": 1}
+    form = await api.http.post("/api/v1/teams/alpha/retry", data={"target": "coder"}, headers=ops)
+    assert form.json() == {"retried": 1}
+    assert (await record_kinds(sent)).count("team/message/retried") == 3

@@ -1,6 +1,7 @@
 """Issue 12, item 10: each bearer token's request rate on the agents' API (the tools,
 the inbox, the session endpoints), /mcp and the websocket's tool frames is limited
-(mailbox/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After."""
+(mailbox/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After.
+Issue 26: so are a member token's reads of the operator REST (every request with a bearer token)."""
 import asyncio
 
 import pytest
@@ -99,3 +100,29 @@ async def test_websocket_tool_frames_share_the_tokens_budget(api):
     assert refused["error"]["code"] == "RATE_LIMITED" and refused["persisted"] is False
     assert_limited(await api.tool(team["lead"], "list_agents"))
     await agent.close()
+
+
+async def test_member_token_reads_of_the_operator_rest_take_from_the_tokens_bucket(api):
+    # A member token reads its own team through the operator REST (mailbox/api/permissions.py):
+    # those reads are requests with a bearer token like any other, and share its budget.
+    team = await team_new()
+    quota.requests.clear()
+    reads = {
+        "/api/v1/teams/alpha": 200,
+        "/api/v1/teams/alpha/messages": 200,
+        "/api/v1/teams/alpha/messages?q=parser": 200,
+        "/api/v1/teams/alpha/messages/msg-none": 404,
+        "/api/v1/teams": 403,  # the team list is the people's: refused, and counted all the same
+    }
+    for path, status in reads.items():
+        response = await api.http.get(path, headers=bearer(team["lead"]))
+        assert response.status_code == status, (path, response.text)
+    for path in reads:
+        assert_limited(await api.http.get(path, headers=bearer(team["lead"])))
+    # The same bucket as the agents' API: the tools are refused too.
+    assert_limited(await api.tool(team["lead"], "list_agents"))
+    # A bearer token that names no member takes from its own bucket as well (before the 401).
+    quota.requests.clear()
+    for _ in range(5):
+        assert (await api.http.get("/api/v1/teams/alpha", headers=bearer("sbm_nobody"))).status_code == 401
+    assert_limited(await api.http.get("/api/v1/teams/alpha", headers=bearer("sbm_nobody")))
