@@ -76,13 +76,13 @@ def profile(label: str, call) -> None:
 
 
 def send(token: str, target: str) -> str:
-    """A send's database work, on this thread: the delivery state machine's public service
-    (mailbox/delivery.py: enqueue durably, then admit) and the sender's answer (mailbox/answers.py)."""
-    from mailbox import answers, delivery
+    """A send's database work, on this thread: the send transition's public service
+    (mailbox/hot_path.py: the writer's job, run here; then admission) and the sender's answer."""
+    from mailbox import hot_path
     from mailbox.auth import member_from_headers
 
     sender = member_from_headers([(b"authorization", f"Bearer {token}".encode())])
-    return answers.send_answer(*delivery.message_send(sender=sender, target_name=target, content="explain probe"))["status"]
+    return hot_path.message_send_now(sender=sender, target_name=target, content="explain probe")["status"]
 
 
 def main(team: str, operator: str, lead_token: str, target: str) -> None:

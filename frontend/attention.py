@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
+from mailbox.models import PENDING_STATES, HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams.models import Member, Phase, Status, Team
 from teams.wire_format import iso
 
@@ -44,7 +44,7 @@ def team_attention(*, team: Team) -> dict:
     # the (state, queued_at) index (recovery.messages_recover's way); otherwise it walked the team's
     # whole history through (team, -queued_at).
     pending = list(
-        TeamMessage.objects.filter(team=team, state__in=[MessageState.QUEUED, MessageState.ACCEPTED]).order_by(
+        TeamMessage.objects.filter(team=team, state__in=PENDING_STATES).order_by(
             "state", "queued_at"
         )[:PENDING_READ]
     )
@@ -148,7 +148,7 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     # The pending few through the (state, queued_at) index (ordered by state first, as
     # recovery.messages_recover reads them), counted here: by team, SQLite walked every old message.
     pending = (
-        TeamMessage.objects.filter(team_id__in=team_ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
+        TeamMessage.objects.filter(team_id__in=team_ids, state__in=PENDING_STATES)
         .order_by("state", "queued_at")
         .values_list("team_id", "state", "queued_at", "accepted_at")[:PENDING_READ * 10]
     )

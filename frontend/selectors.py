@@ -17,7 +17,7 @@ from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import db
 from mailbox import selectors as mailbox_selectors
-from mailbox.models import EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.models import COUNTED_STATES, EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
 from teams.models import Member, Status, Task, TaskStatus, Team
 from teams.wire_format import iso
@@ -255,7 +255,7 @@ def _team_snapshot(*, team: Team) -> dict:
             {
                 **team_selectors.member_out(member),
                 "status_changed_at": iso(member.status_changed_at),
-                "counts": counts.get(member.pk, {"queued": 0, "accepted": 0, "delivered": 0}),
+                "counts": counts.get(member.pk, {str(state): 0 for state in MessageState}),
                 "messages": messages,
                 "latency": latency,
                 "current_turn": current_turn,
@@ -285,14 +285,12 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
     for member in Member.objects.filter(team_id__in=ids).order_by("id"):
         members[member.team_id].append({"name": member.name, "role": member.role, "status": member.status})
         sent[member.team_id] += mailbox_selectors.sent_count(member.next_seq)
-    states = {i: {"queued": 0, "accepted": 0, "delivered": 0} for i in ids}
-    pending = TeamMessage.objects.filter(team_id__in=ids, state__in=[MessageState.QUEUED, MessageState.ACCEPTED])
-    for row in pending.values("team_id", "state").annotate(n=Count("pk")):
+    states = {i: {str(state): 0 for state in MessageState} for i in ids}
+    counted = TeamMessage.objects.filter(team_id__in=ids, state__in=COUNTED_STATES)
+    for row in counted.values("team_id", "state").annotate(n=Count("pk")):
         states[row["team_id"]][row["state"]] = row["n"]
     for team_id, counts in states.items():
-        counts["delivered"] = mailbox_selectors.delivered_count(
-            sent=sent[team_id], queued=counts["queued"], accepted=counts["accepted"]
-        )
+        counts[MessageState.DELIVERED.value] = mailbox_selectors.delivered_count(sent=sent[team_id], counted=counts)
     open_tasks = dict(
         Task.objects.filter(team_id__in=ids)
         .filter(Q(status=TaskStatus.PENDING) | Q(status=TaskStatus.IN_PROGRESS))

@@ -15,13 +15,15 @@ from teams.models import Status
 from teams.wire_format import iso
 
 
-def send_answer(message: TeamMessage, admission: Admission) -> dict:
+def send_answer(
+    *, message_id: str, thread_id: str, team_id: int, target_name: str, state: str, admission: Admission
+) -> dict:
     """The sender's answer to send_message: the message, its state and what admission saw."""
     return {
-        "message_id": message.id,
-        "status": "queued" if message.state == MessageState.QUEUED else "accepted",
-        "thread_id": message.thread_id or message.id,
-        "delivery": delivery_observation(message=message, admission=admission),
+        "message_id": message_id,
+        "status": "queued" if state == MessageState.QUEUED else "accepted",
+        "thread_id": thread_id or message_id,
+        "delivery": delivery_observation(team_id=team_id, target_name=target_name, state=state, admission=admission),
         "idempotent_replay": False,
     }
 
@@ -32,21 +34,24 @@ def send_answer_now(*, message_id: str) -> dict:
     admission = Admission(
         target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
     )
-    return send_answer(message, admission)
+    return send_answer(
+        message_id=message.id, thread_id=message.thread_id, team_id=message.team_id, target_name=message.target.name,
+        state=message.state, admission=admission,
+    )
 
 
-def delivery_observation(*, message: TeamMessage, admission: Admission) -> dict:
+def delivery_observation(*, team_id: int, target_name: str, state: str, admission: Admission) -> dict:
     """What admission saw, for the sender: the target's status, what happens next, and warnings.
 
     Observations, not promises: 'accepted' means the target's inbox took the
     message, never that the target took on the work it asks for."""
     has_host = admission.host_connected
     if has_host is None:
-        has_host = hosts.team_has_host(message.team_id)
+        has_host = hosts.team_has_host(team_id)
     return observation(
-        target=message.target.name,
+        target=target_name,
         status=admission.target_status,
-        state=message.state,
+        state=state,
         has_host=has_host,
         error=admission.error,
     )

@@ -11,9 +11,18 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import events, outage, recovery
+        from mailbox import db, events, hot_sql, lead_log, outage, recovery
+        from teams import services as team_services
 
         outage.install_log_filter()  # no traceback per request while the database is away
+        # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,
+        # which sits above mailbox/db.py: db is handed them, it does not import them.
+        db.writer_parts_install(
+            flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction
+        )
+        # The roster's and the board's changes are recorded by the service that makes them,
+        # in the Lead log: teams does not know the mailbox, it is handed the recorder.
+        team_services.records_to(lead_log)
         # When Redis comes back, events rings the sessions' missed doorbells again through
         # recovery (which sits above it: events is handed the function, it does not import it).
         events.ring_again_with(recovery.sessions_ring_again)

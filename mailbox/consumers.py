@@ -290,7 +290,7 @@ class AgentConsumer(_JsonFrames):
         try:
             if len(self.writes) >= quota.entries_per_request():
                 raise quota.too_many_entries(len(self.writes) + 1)
-            write = hot_path.entry_record_submit(member=self.member, entry=entry.as_stored())
+            write = hot_path.entry_submit(member=self.member, entry=entry)
         except TeamError as exc:  # the history quota refused it: nothing stored; answered in its turn
             exc.extra["entry_id"] = entry.id
             refusal = {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
@@ -300,8 +300,7 @@ class AgentConsumer(_JsonFrames):
                 self.push(refusal)
             return
         self.writes.append(write)
-        message_id = entry.source.message_id if entry.source and entry.source.kind == "team-message" else None
-        write.add_done_callback(lambda done, e=entry.id, m=message_id: self._entry_done(done, e, m))
+        write.add_done_callback(lambda done, e=entry.id, m=entry.delivers: self._entry_done(done, e, m))
 
     def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
         with contextlib.suppress(ValueError):

@@ -29,7 +29,7 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from mailbox import hot_sql, outage
+from mailbox import outage
 from mailbox.writer import Writer
 
 _executors: dict[str, ThreadPoolExecutor] = {}
@@ -39,7 +39,8 @@ _calling = threading.local()
 
 # The heartbeat has a thread of its own: a process whose pool is busy is slow,
 # not dead, and must not be reaped for it (docs/deployment.md, PROCESS_TIMEOUT).
-LANES = ("pool", "heartbeat")
+# "writer": the writer's own thread, for ORM work that belongs in order with its batches.
+LANES = ("pool", "heartbeat", "writer")
 
 
 def threads(lane: str = "pool") -> int:
@@ -54,6 +55,8 @@ def threads(lane: str = "pool") -> int:
 def executor(lane: str = "pool"):
     if lane not in LANES:
         raise ValueError(f"no database lane {lane!r}; there are {LANES}")
+    if lane == "writer":
+        return writer()
     pool = _executors.get(lane)
     if pool is None:
         with _executors_lock:
@@ -73,14 +76,22 @@ def _pool_is_writer() -> bool:
     return threads("pool") == 1 and connections["default"].vendor == "sqlite"
 
 
+# What the writer runs around a batch of jobs (its transaction, pipeline and end-of-batch
+# flush: mailbox/hot_sql.py), handed over by mailbox/apps.py when the app is ready. The hot
+# path's SQL sits above this module (its records ring the dashboards through events, which
+# runs its own database work here), so this module is given it rather than importing it.
+_writer_parts: dict | None = None
+
+
+def writer_parts_install(*, flush, pipeline, transaction_of) -> None:
+    global _writer_parts
+    _writer_parts = {"flush": flush, "pipeline": pipeline, "transaction_of": transaction_of}
+
+
 def _writer_new():
-    return Writer(
-        "steerboard-db-writer",
-        log_flush=hot_sql.log_rows_flush,
-        after_call=_keep_connections,
-        pipeline=hot_sql.jobs_piped,
-        transaction_of=hot_sql.hot_transaction,
-    )
+    if _writer_parts is None:
+        raise RuntimeError("the writer is built once the mailbox app is ready (mailbox/apps.py installs its parts)")
+    return Writer("steerboard-db-writer", after_call=_keep_connections, **_writer_parts)
 
 
 def writer():

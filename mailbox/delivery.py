@@ -26,12 +26,13 @@ queued or      an operator's retry (before the admission    unchanged     team/m
 accepted       it runs)
 =============  ===========================================  ============  ==========================
 
-The send (queued, and accepted in the same commit when the target is running or
-idle) and the entry that delivers run on the hot path as well: mailbox/hot_path.py
-makes exactly these transitions in raw SQL (its statements are in hot_sql.py),
-with the same Lead-log records (mailbox/lead_log_records.py), and
-tests/mailbox/test_hot_path.py holds both paths to the same rows and records.
-No other module changes a message's state.
+Who writes each transition (docs/delivery.md, "Who writes what"): the send
+(queued, and accepted in the same commit when the target is running or idle) and
+the entry that delivers are the process's writer's jobs, mailbox/hot_path.py, the
+only code that stores a message or marks it delivered; their SQL is built from
+the models' states and this module's refusals. Admission, failures, waits,
+redelivery and retries are the functions below. No other module changes a
+message's state.
 
 Rules the functions below keep:
 
@@ -51,26 +52,17 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from mailbox import events, faults, hosts, lead_log, selectors, wire
-from mailbox.lead_log_records import accepted_record, delivered_record, failed_record, queued_record, retried_record
-from mailbox.models import (
-    HistoryEntry,
-    LogKind,
-    MessageKind,
-    MessageState,
-    TeamMessage,
-)
+from mailbox.lead_log import accepted_record, failed_record, retried_record
+from mailbox.models import PENDING_STATES, LogKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 
 log = logging.getLogger(__name__)
-
-
-_PENDING = (MessageState.QUEUED, MessageState.ACCEPTED)
 
 
 def steer_of(message: TeamMessage, *, target_name: str) -> dict:
@@ -81,9 +73,9 @@ def steer_of(message: TeamMessage, *, target_name: str) -> dict:
     )
 
 
-# --- 1. enqueue -----------------------------------------------------------------------
+# --- 1. a send: what is refused (mailbox/hot_path.py stores it) --------------------------
 def message_validate(*, sender: Member, target_name: str, content: str) -> None:
-    """The checks of a send that need no database (the ORM path and the hot path alike)."""
+    """The checks of a send that need no database."""
     if len(content.encode("utf-8")) > settings.STEERBOARD["MAX_MESSAGE_BYTES"]:
         raise TeamError(
             ErrorCode.TEAM_MESSAGE_TOO_LARGE,
@@ -96,52 +88,43 @@ def message_validate(*, sender: Member, target_name: str, content: str) -> None:
         raise TeamError(ErrorCode.TEAM_SELF_MESSAGE, "A member cannot message itself.", persisted=False)
 
 
-def message_enqueue(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> TeamMessage:
-    """Validate and durably store a message with its `queued` record. No admission here."""
-    message_validate(sender=sender, target_name=target_name, content=content)
-    with transaction.atomic():
-        target = Member.objects.select_for_update(no_key=True).filter(team_id=sender.team_id, name=target_name).first()
-        if target is None:
-            raise TeamError(
-                ErrorCode.TEAM_UNKNOWN_TARGET,
-                f"No member named {target_name!r} on this team; list_agents shows the roster.",
-                persisted=False,
-            )
-        refuse_phase(target)
-        # state IN (...) rather than != delivered: an index range over the pending few, not the whole inbox.
-        pending = TeamMessage.objects.filter(target=target, state__in=_PENDING).count()
-        if pending >= settings.STEERBOARD["MAX_PENDING_PER_TARGET"]:
-            raise TeamError(
-                ErrorCode.TEAM_MAILBOX_FULL,
-                f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
-                persisted=False,
-            )
-        thread_id = ""
-        if reply_to:
-            original = TeamMessage.objects.filter(pk=reply_to, team_id=sender.team_id, target=sender).first()
-            if original is None:
-                raise TeamError(
-                    ErrorCode.NOT_FOUND, f"You received no message {reply_to!r} to reply to.", persisted=False
-                )
-            thread_id = original.thread_id or original.id
-        return _message_store(sender=sender, target=target, content=content, thread_id=thread_id, reply_to=reply_to)
+def unknown_target(target_name: str) -> TeamError:
+    return TeamError(
+        ErrorCode.TEAM_UNKNOWN_TARGET,
+        f"No member named {target_name!r} on this team; list_agents shows the roster.",
+        persisted=False,
+    )
 
 
-def spawn_prompt_enqueue(*, lead: Member, teammate: Member, prompt: str) -> TeamMessage:
-    """Store a new teammate's spawn prompt as the first message of its inbox (seq 1), from the
-    Lead, in the spawn's transaction: it is delivered like any message, so it is durable before
-    the host is asked to start the teammate and reaches it exactly once, as its first turn."""
+def mailbox_full(target_name: str, pending: int) -> TeamError:
+    return TeamError(
+        ErrorCode.TEAM_MAILBOX_FULL,
+        f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
+        persisted=False,
+    )
+
+
+def not_received(reply_to: str) -> TeamError:
+    return TeamError(ErrorCode.NOT_FOUND, f"You received no message {reply_to!r} to reply to.", persisted=False)
+
+
+def not_addressed(message_id: str) -> TeamError:
+    """An entry names a team message that was never addressed to its member."""
+    return TeamError(ErrorCode.NOT_FOUND, f"No team message {message_id!r} was addressed to you.")
+
+
+def spawn_prompt_validate(prompt: str) -> None:
     if len(prompt.encode("utf-8")) > settings.STEERBOARD["MAX_MESSAGE_BYTES"]:
         raise TeamError(
             ErrorCode.TEAM_MESSAGE_TOO_LARGE,
             f"A spawn prompt is delivered as a message: at most {settings.STEERBOARD['MAX_MESSAGE_BYTES']} bytes of UTF-8.",
         )
-    return _message_store(sender=lead, target=teammate, content=prompt, kind=MessageKind.SPAWN_PROMPT)
 
 
 def refuse_phase(target: Member) -> None:
     """A retired or failed member takes no messages (nothing is stored): raises the refusal
-    both send paths give (this module's and the hot path's, mailbox/hot_path.py)."""
+    a send gets (mailbox/hot_path.py, whose statements refuse the models'
+    TARGET_REFUSING_PHASES)."""
     if target.phase == Phase.RETIRED:
         raise TeamError(
             ErrorCode.TEAM_TARGET_RETIRED, f"{target.name} is retired and takes no messages.", persisted=False
@@ -153,34 +136,6 @@ def refuse_phase(target: Member) -> None:
             "an operator can retry its start from the dashboard.",
             persisted=False,
         )
-
-
-def _message_store(
-    *, sender: Member, target: Member, content: str, thread_id: str = "", reply_to: str = "",
-    kind: str = MessageKind.MESSAGE,
-) -> TeamMessage:
-    """The snapshot, its seq and its `queued` record (inside the caller's transaction, target row locked)."""
-    now = timezone.now()
-    message = TeamMessage.objects.create(
-        team_id=sender.team_id,
-        sender=sender,
-        target=target,
-        content=content,
-        seq=target.next_seq,
-        thread_id=thread_id,
-        reply_to=reply_to,
-        kind=kind,
-        queued_at=now,
-    )
-    Member.objects.filter(pk=target.pk).update(next_seq=F("next_seq") + 1)
-    lead_log.message_logged(
-        message=message,
-        kind=LogKind.MESSAGE_QUEUED,
-        data=queued_record(sender=sender.name, target=target.name, seq=message.seq),
-        target=target.name,
-    )
-    message.sender, message.target = sender, target
-    return message
 
 
 # --- 2. admission -----------------------------------------------------------------------
@@ -213,7 +168,7 @@ def target_admit(
         target = rows.first()
         if target is None:
             return None
-        states = [MessageState.QUEUED, MessageState.ACCEPTED] if redeliver else [MessageState.QUEUED]
+        states = list(PENDING_STATES) if redeliver else [MessageState.QUEUED]
         pending = selectors.pending_of(target=target, states=states)
         status = target.status
         # A running or idle target only gets pushes: it needs no host, and nothing
@@ -354,94 +309,19 @@ def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str,
     )
 
 
-def message_send(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> tuple[TeamMessage, Admission]:
-    """Enqueue durably, then admit. Answers the message and what admission saw."""
-    message = message_enqueue(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
-    return message_admit_enqueued(message=message)
-
-
-def message_admit_enqueued(*, message: TeamMessage) -> tuple[TeamMessage, Admission]:
-    """The second half of message_send, for callers that commit the enqueue themselves
-    (an idempotent send commits its key with the snapshot)."""
+def message_admit_stored(*, message_id: str, target_id: int) -> tuple[str, Admission]:
+    """Admission of a message the writer stored without admitting it (a resume, a target with
+    messages queued before it, a test's armed fault): its target's admission, then the
+    message's state for its sender's answer."""
     faults.crash_point("after_queued_commit")
-    admission = target_admit(target_id=message.target_id)
-    if message.id in admission.admitted:
+    admission = target_admit(target_id=target_id)
+    if message_id in admission.admitted:
         # What admission just wrote; a fold may since have made it delivered, and
         # the sender is told "accepted" either way.
-        message.state = MessageState.ACCEPTED
-    else:
-        message.refresh_from_db(fields=["state", "attempts", "last_error", "accepted_at", "delivered_at"])
-    return message, admission
+        return MessageState.ACCEPTED, admission
+    return TeamMessage.objects.values_list("state", flat=True).get(pk=message_id), admission
 
 
-# --- 3. deliver --------------------------------------------------------------------------
-def entry_record(*, member: Member, entry: dict) -> tuple[HistoryEntry | None, bool]:
-    """Store one session history entry; fold a repeat. Returns (entry, created).
-
-    A team message's entry marks the message delivered, only after the entry is durable.
-    """
-    source = entry.get("source") or {}
-    message_id = None
-    if entry["kind"] == "user_message" and source.get("kind") == "team-message":
-        message_id = source.get("message_id")
-        if not TeamMessage.objects.filter(pk=message_id, target=member).exists():
-            raise TeamError(ErrorCode.NOT_FOUND, f"No team message {message_id!r} was addressed to you.")
-    prompt_id = entry.get("prompt_id") if entry["kind"] == "prompt" else None
-    created = True
-    row = None
-    try:
-        with transaction.atomic():
-            row = HistoryEntry.objects.create(
-                member=member,
-                entry_id=entry["id"],
-                kind=entry["kind"],
-                message_id=message_id,
-                prompt_id=prompt_id,
-                data=entry,
-            )
-            if not message_id:
-                events.dashboard_notify(member.team_id, "entry", member=member.name)
-    except IntegrityError:
-        created = False  # source folding: this entry (or this message) is already in the history
-    faults.crash_point("after_entry")
-    if message_id:
-        marked = False
-        try:
-            marked = message_mark_delivered(message_id=message_id)
-        except faults.TemporaryDeliveryError:
-            # The entry is durable; recovery (reconcile, or the session's next
-            # report of it) writes the delivered record.
-            log.warning("delivered record for %s deferred to recovery", message_id)
-        if created and not marked:  # otherwise the delivered record's doorbell tells the dashboards
-            events.dashboard_notify(member.team_id, "entry", member=member.name)
-    return row, created
-
-
-def message_mark_delivered(*, message_id: str) -> bool:
-    """Write `delivered` once; the history must already hold the message."""
-    faults.inject("delivered_record")
-    with transaction.atomic():
-        message = (
-            TeamMessage.objects.select_for_update(no_key=True, of=("self",)).select_related("target").get(pk=message_id)
-        )
-        if message.state == MessageState.DELIVERED:
-            return False
-        if not HistoryEntry.objects.filter(member_id=message.target_id, message_id=message_id).exists():
-            return False
-        now = timezone.now()
-        message.state = MessageState.DELIVERED
-        message.delivered_at = now
-        message.accepted_at = message.accepted_at or now
-        message.save(update_fields=["state", "delivered_at", "accepted_at"])
-        lead_log.message_logged(
-            message=message,
-            kind=LogKind.MESSAGE_DELIVERED,
-            data=delivered_record(target=message.target.name, seq=message.seq),
-            target=message.target.name,
-        )
-    return True
-
-
-# --- 4. recover (mailbox/recovery.py runs the passes) -------------------------------------
+# --- 3. recover (mailbox/recovery.py runs the passes) -------------------------------------
 def undelivered_for(*, member: Member) -> list[TeamMessage]:
     return selectors.pending_of(target=member)

@@ -1,78 +1,159 @@
-"""The hot path: the delivery state machine's send and entry transitions as raw SQL
-(its statements are in mailbox/hot_sql.py), group-committed by the writer
-(mailbox/writer.py).
+"""The send and deliver transitions: the only code that stores a team message or records
+its delivery (docs/delivery.md, "Who writes what").
 
-``delivery.message_send`` + ``delivery.target_admit`` and ``delivery.entry_record`` +
-``delivery.message_mark_delivered`` are the reference; the jobs below make the same
-rows in fewer statements (tests/mailbox/test_hot_path.py compares the two). A send to
-a running or idle target with nothing queued before it is enqueued *and* admitted in
-one transaction (its `queued` and `accepted` records together) and pushed after the
-commit; any other send is enqueued here and admitted by ``target_admit`` after the
-commit, exactly as before. An entry and its `delivered` record commit together.
+Each is a writer job (mailbox/writer.py) whose SQL is mailbox/hot_sql.py's:
+
+- ``SendJob``: a message stored with its ``queued`` record; for a running or idle target
+  with nothing queued before it, admitted in the same commit (its ``accepted`` record)
+  and pushed after it; any other send is admitted by ``delivery.target_admit`` after the
+  commit. A send with an idempotency key claims the key in the same statement (a replay
+  answers the first call's result, a different call with the key is refused, a refused
+  send does not use the key up: mailbox/idempotency.py).
+- ``EntryJob``: one history entry (a repeat folds); a team message's entry marks it
+  delivered in the same commit. ``EntriesJob``: several, in order, up to the first
+  refused (REST's and an MCP inbox read's).
+- ``DeliveredJob``: the ``delivered`` mark alone, for an entry already stored (recovery).
+
+The async entry points (``message_send``, ``entry_submit``, ``entries_submit``) queue a
+job on the process's writer and await its commit; the transports (REST, the websocket's
+tool and entry frames, /mcp) all come here. The sync ones (``message_store``,
+``message_send_now``, ``entry_record``, ``messages_mark_delivered``) run the same jobs on
+the calling thread, in its transaction, for the writes that are not hot: a spawn
+prompt stored with its roster entry, recovery, management commands and tests.
 """
 import asyncio
 import json
 import logging
 
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 
-from mailbox import events, faults, hot_sql, quota
+from mailbox import events, faults, hot_sql, idempotency, quota, wire
 from mailbox import writer as _writer
-from mailbox.answers import observation, send_answer
+from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
-from mailbox.delivery import message_admit_enqueued, message_validate, refuse_phase
-from mailbox.lead_log_records import accepted_record, delivered_record, queued_record
-from mailbox.models import (
-    LogKind,
-    MessageKind,
-    MessageState,
-    TeamMessage,
-    message_id_new,
+from mailbox.delivery import (
+    mailbox_full, message_admit_stored, message_validate, not_addressed, not_received, refuse_phase,
+    spawn_prompt_validate, unknown_target,
 )
+from mailbox.lead_log import accepted_record, delivered_record, queued_record
+from mailbox.models import IdempotencyRecord, LogKind, MessageKind, MessageState, TeamMessage, message_id_new
 from mailbox.wire import steer_message
-from teams.errors import ErrorCode, TeamError
+from teams.errors import TeamError
 from teams.models import Member, Status, status_of
 
 log = logging.getLogger(__name__)
 
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
+SEND_TOOL = "send_message"
 
 
 def _refuse_target(cursor, *, team_id: int, target_name: str) -> None:
+    """The target claim matched no row: say why (nothing was stored)."""
     sql = hot_sql.statements(cursor.db)
     cursor.execute(sql.target_refusal, [team_id, target_name])
     row = cursor.fetchone()
     if row is None:
-        raise TeamError(
-            ErrorCode.TEAM_UNKNOWN_TARGET,
-            f"No member named {target_name!r} on this team; list_agents shows the roster.",
-            persisted=False,
-        )
+        raise unknown_target(target_name)
     refuse_phase(Member(name=target_name, phase=row[1]))
     cursor.execute(sql.target_pending, [row[0]])
-    pending = cursor.fetchone()[0]
-    raise TeamError(
-        ErrorCode.TEAM_MAILBOX_FULL,
-        f"{target_name} already has {pending} undelivered messages; wait for it to catch up (wait_agent).",
-        persisted=False,
-    )
+    raise mailbox_full(target_name, cursor.fetchone()[0])
+
+
+def _stored(result) -> dict:
+    """A key's stored result as the driver returns it (JSON text on SQLite)."""
+    return json.loads(result) if isinstance(result, str) else dict(result or {})
 
 
 class SendJob(_writer.Job):
-    """Enqueue (and, for a running or idle target with nothing queued, admit) one message."""
+    """Store one message (admitting it for a running or idle target with nothing queued)."""
 
-    def __init__(self, *, sender: Member, target_name: str, content: str, reply_to: str = ""):
+    def __init__(
+        self, *, sender: Member, target_name: str, content: str, reply_to: str = "", kind: str = MessageKind.MESSAGE,
+        key: str | None = None, fingerprint: str = "", may_admit: bool = True,
+    ):
         super().__init__()
-        message_validate(sender=sender, target_name=target_name, content=content)
+        if kind == MessageKind.MESSAGE:
+            message_validate(sender=sender, target_name=target_name, content=content)
         self.sender = sender
         self.target_name = target_name
         self.content = content
         self.reply_to = reply_to
+        self.kind = kind
+        self.key, self.fingerprint = key, fingerprint
+        self.key_id: int | None = None  # the key's row, once claimed
+        self.replayed: dict | None = None  # a keyed call made before: its stored result
         self.message_id = message_id_new()
-        self.may_admit = not faults.armed(_ADMISSION_FAULTS)
+        self.may_admit = may_admit and not faults.armed(_ADMISSION_FAULTS)
         self.admitted = False
+        self.thread_id = ""
         self.lock_order = (1, sender.team_id, target_name)
 
+    # --- PostgreSQL: one statement -----------------------------------------------------------
+    def piped(self, batch) -> tuple[str, dict] | None:
+        """The job as one statement that needs no other's answer (PostgreSQL), or None
+        (a reply first looks up its thread: ``execute`` runs it)."""
+        sql = hot_sql.statements(batch.db)
+        if not sql.send_piped or self.reply_to:
+            return None
+        return self._statement(sql, batch)
+
+    def _statement(self, sql, batch) -> tuple[str, dict]:
+        params = {
+            "team": self.sender.team_id, "target": self.target_name, "limit": settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
+            "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
+            "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "kind": self.kind,
+            "now": batch.now,
+        }
+        if not self.key:
+            return sql.send_piped, params
+        params.update(
+            key=self.key, tool=SEND_TOOL, fingerprint=self.fingerprint, expired=batch.now - idempotency.window(),
+            claimed=json.dumps({"message_id": self.message_id, "thread_id": self.thread_id or self.message_id}),
+        )
+        return sql.send_piped_keyed, params
+
+    def piped_result(self, row, batch) -> None:
+        if self.key:
+            target, key_id, prior_fingerprint, prior_result = row[:7], row[7], row[8], row[9]
+            if key_id is None:  # the key was used before: replay or refuse, nothing stored
+                self._key_used(batch, prior_fingerprint, prior_result)
+                return
+            self.key_id = key_id
+            if target[0] is None:  # refused: the claim goes too, so a retry runs again
+                with hot_sql.HotCursor(batch.db) as cursor:
+                    cursor.execute(hot_sql.statements(batch.db).key_undo, [key_id])
+            row = target if target[0] is not None else None
+        if row is None:
+            with hot_sql.HotCursor(batch.db) as cursor:
+                _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
+        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
+        self.target_status = status_of(phase, session_state)
+        self.has_host = bool(has_host)
+        self.created_at = batch.now
+        self.answer = self._answer()
+        if self.key_id is not None:
+            batch.key_result(self.key_id, json.dumps(self.answer))
+
+    def _key_used(self, batch, fingerprint: str | None, result) -> None:
+        if fingerprint is None:  # another transaction committed the key after this statement began
+            with hot_sql.HotCursor(batch.db) as cursor:
+                found = self._key_found(cursor, batch)
+            if found is None:
+                raise idempotency.key_in_use(self.key)
+            fingerprint, result = found[1], found[2]
+        if fingerprint != self.fingerprint:
+            raise idempotency.key_conflict(self.key, SEND_TOOL)
+        self.replayed = _stored(result)
+
+    def _key_found(self, cursor, batch):
+        sql = hot_sql.statements(batch.db)
+        expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+        cursor.execute(sql.key_find, [self.sender.pk, SEND_TOOL, self.key, expired])
+        return cursor.fetchone()
+
+    # --- any database: one statement at a time -----------------------------------------------
     def execute(self, batch) -> None:
         sender, sql = self.sender, hot_sql.statements(batch.db)
         now = batch.now_db
@@ -82,16 +163,18 @@ class SendJob(_writer.Job):
                 cursor.execute(sql.reply_thread, [self.reply_to, sender.team_id, sender.pk])
                 row = cursor.fetchone()
                 if row is None:
-                    raise TeamError(
-                        ErrorCode.NOT_FOUND, f"You received no message {self.reply_to!r} to reply to.", persisted=False
-                    )
+                    raise not_received(self.reply_to)
                 self.thread_id = row[1] or row[0]
             if sql.send_piped:  # PostgreSQL: the same one statement a pipelined batch sends
-                cursor.execute(sql.send_piped, self._piped_params(batch))
+                cursor.execute(*self._statement(sql, batch))
                 self.piped_result(cursor.fetchone(), batch)
                 return
-            claim = [sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"]]
-            cursor.execute(sql.target_claim, claim)
+            if self.key:  # SQLite: the batch holds the write lock, so a read then a write is safe
+                found = self._key_found(cursor, batch)
+                if found is not None:
+                    self._key_used(batch, found[1], found[2])
+                    return
+            cursor.execute(sql.target_claim, [sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"]])
             row = cursor.fetchone()
             if row is None:
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
@@ -103,20 +186,28 @@ class SendJob(_writer.Job):
             self.admitted = (
                 self.may_admit and self.target_status in (Status.RUNNING, Status.IDLE) and not queued_before
             )
+            state = MessageState.ACCEPTED if self.admitted else MessageState.QUEUED
             cursor.execute(
                 sql.message_insert,
                 [
                     self.message_id, sender.team_id, sender.pk, self.target_id, self.content, self.seq,
-                    self.thread_id, self.reply_to,
-                    MessageState.ACCEPTED if self.admitted else MessageState.QUEUED,
-                    1 if self.admitted else 0, now, now, now if self.admitted else None,
+                    self.thread_id, self.reply_to, self.kind, state, 1 if self.admitted else 0,
+                    now, now, now if self.admitted else None,
                 ],
             )
+            self.created_at = batch.now
+            self.answer = self._answer()
+            if self.key:
+                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+                cursor.execute(
+                    sql.key_store,
+                    [sender.pk, SEND_TOOL, self.key, self.fingerprint, json.dumps(self.answer), now, expired],
+                )
+                self.key_id = cursor.fetchone()[0]
         self._log(batch)
 
     def _log(self, batch) -> None:
         sender = self.sender
-        self.created_at = batch.now
         batch.log(
             team_id=sender.team_id, kind=LogKind.MESSAGE_QUEUED, message_id=self.message_id,
             data=json.dumps(queued_record(sender=sender.name, target=self.target_name, seq=self.seq)),
@@ -131,63 +222,33 @@ class SendJob(_writer.Job):
                 ),
             )
 
-    def piped(self, batch) -> tuple[str, dict] | None:
-        """The job as one statement that needs no other's answer (PostgreSQL), or None
-        (a reply first looks up its thread: ``execute`` runs it)."""
-        sql = hot_sql.statements(batch.db)
-        if not sql.send_piped or self.reply_to:
-            return None
-        self.thread_id = ""
-        return sql.send_piped, self._piped_params(batch)
-
-    def _piped_params(self, batch) -> dict:
-        return {
-            "team": self.sender.team_id, "target": self.target_name, "limit": settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
-            "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
-            "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "now": batch.now,
-        }
-
-    def piped_result(self, row, batch) -> None:
-        if row is None:
-            with hot_sql.HotCursor(batch.db) as cursor:
-                _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
-        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
-        self.target_status = status_of(phase, session_state)
-        self.has_host = bool(has_host)
-        self.created_at = batch.now
-
+    # --- after the commit --------------------------------------------------------------------
     def committed(self) -> None:
-        if self.admitted:  # otherwise message_admit_enqueued reaches the point, before its admission
+        if self.admitted:  # otherwise message_admit_stored reaches the point, before its admission
             faults.crash_point("after_queued_commit")
 
     def wire(self) -> dict:
         return steer_message(
             id=self.message_id, sender=self.sender.name, target=self.target_name, content=self.content,
-            seq=self.seq, created_at=self.created_at, thread_id=self.thread_id, kind=MessageKind.MESSAGE,
+            seq=self.seq, created_at=self.created_at, thread_id=self.thread_id, kind=self.kind,
         )
+
+    def rings(self) -> list[tuple[int, str, dict]]:
+        if self.replayed is not None:
+            return []
+        return [(self.sender.team_id, "message", {"target": self.target_name})]
 
     def finish(self) -> None:
         if self.admitted:
             events.session_push(self.channel, {"type": "session.steer", "message": self.wire()})
             faults.crash_point("after_admission")
-        events.dashboard_ring(self.sender.team_id, {"type": "team.changed", "kind": "message", "target": self.target_name})
+        _rings_now(self)
 
-    def message(self) -> TeamMessage:
-        """The stored row, as message_enqueue returns it."""
-        message = TeamMessage(
-            id=self.message_id, team_id=self.sender.team_id, sender=self.sender, content=self.content, seq=self.seq,
-            thread_id=self.thread_id, reply_to=self.reply_to,
-            state=MessageState.ACCEPTED if self.admitted else MessageState.QUEUED,
-            attempts=1 if self.admitted else 0, created_at=self.created_at, queued_at=self.created_at,
-            accepted_at=self.created_at if self.admitted else None,
-        )
-        message.target = Member(id=self.target_id, team_id=self.sender.team_id, name=self.target_name)
-        message._state.adding = False
-        message._state.db = "default"
-        return message
-
-    def answer(self) -> dict:
-        """The sender's answer for a send admitted in the writer (no database)."""
+    def _answer(self) -> dict:
+        """What the sender is told (and a keyed call's key keeps): the whole answer for a send
+        admitted here; its ids for one admitted after the commit (its answer then follows)."""
+        if not self.admitted:
+            return {"message_id": self.message_id, "thread_id": self.thread_id or self.message_id}
         return {
             "message_id": self.message_id,
             "status": "accepted",
@@ -203,16 +264,13 @@ class SendJob(_writer.Job):
 class EntryJob(_writer.Job):
     """Store one history entry (a repeat folds); a team message's entry marks it delivered in the same commit."""
 
-    def __init__(self, *, member: Member, entry: dict):
+    def __init__(self, *, member: Member, entry: wire.Entry):
         super().__init__()
         self.member = member
-        self.entry = entry
-        source = entry.get("source") or {}
-        self.message_id = (
-            source.get("message_id") if entry["kind"] == "user_message" and source.get("kind") == "team-message" else None
-        )
-        self.prompt_id = entry.get("prompt_id") if entry["kind"] == "prompt" else None
-        self.data = json.dumps(entry)
+        self.entry_id, self.kind = entry.id, entry.kind
+        self.message_id = entry.delivers
+        self.prompt_id = entry.prompt_id if entry.kind == "prompt" else None
+        self.data = json.dumps(entry.as_stored())
         self.delivered = False
 
     def execute(self, batch) -> None:
@@ -225,25 +283,15 @@ class EntryJob(_writer.Job):
             return
         member, now = self.member, batch.now_db
         self.delivered = False
-        mark = bool(self.message_id) and not self._delivered_deferred()
         with hot_sql.HotCursor(batch.db) as cursor:
             cursor.execute(
-                sql.entry_insert,
-                [member.pk, self.entry["id"], self.entry["kind"], self.message_id, self.prompt_id, self.data, now],
+                sql.entry_insert, [member.pk, self.entry_id, self.kind, self.message_id, self.prompt_id, self.data, now]
             )
             found = cursor.fetchone()
-            inserted, seq = (found[0] if found else None), None
-            if mark:
-                cursor.execute(sql.mark_delivered, [now, now, self.message_id, member.pk, member.pk, self.message_id])
-                marked = cursor.fetchone()
-                seq = marked[0] if marked else None
-            if seq is not None:
-                self.delivered = True
-                batch.log(
-                    team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=self.message_id,
-                    data=json.dumps(delivered_record(target=member.name, seq=seq)),
-                )
-            elif self.message_id:  # folded, deferred, or not this member's message at all
+            inserted = found[0] if found else None
+            if self.message_id and not self._delivered_deferred():
+                self.delivered = _delivered(cursor, batch, member=member, message_id=self.message_id)
+            if self.message_id and not self.delivered:  # folded, deferred, or not this member's message at all
                 cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
                 if cursor.fetchone() is None:
                     self._not_mine(cursor, inserted)
@@ -258,7 +306,7 @@ class EntryJob(_writer.Job):
         self.delivered = False
         member = self.member
         return sql.entry_piped, {
-            "member": member.pk, "entry_id": self.entry["id"], "kind": self.entry["kind"], "message": self.message_id,
+            "member": member.pk, "entry_id": self.entry_id, "kind": self.kind, "message": self.message_id,
             "prompt": self.prompt_id, "data": self.data, "now": batch.now, "team": member.team_id,
             "name": member.name, "mark": bool(self.message_id) and not self._delivered_deferred(),
         }
@@ -275,7 +323,7 @@ class EntryJob(_writer.Job):
         """The entry names a message never addressed to this member: store nothing, refuse."""
         if inserted is not None:
             cursor.execute(hot_sql.statements(cursor.db).entry_undo, [inserted])
-        raise TeamError(ErrorCode.NOT_FOUND, f"No team message {self.message_id!r} was addressed to you.")
+        raise not_addressed(self.message_id)
 
     def _delivered_deferred(self) -> bool:
         try:
@@ -289,35 +337,195 @@ class EntryJob(_writer.Job):
     def committed(self) -> None:
         faults.crash_point("after_entry")
 
-    def finish(self) -> None:
+    def rings(self) -> list[tuple[int, str, dict]]:
         team_id, name = self.member.team_id, self.member.name
+        rings = []
         if self.delivered:
-            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "message", "target": name})
+            rings.append((team_id, "message", {"target": name}))
         elif self.result:
-            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "entry", "member": name})
+            rings.append((team_id, "entry", {"member": name}))
         if self.prompt_id:
-            events.dashboard_ring(team_id, {"type": "team.changed", "kind": "prompt", "member": name})
+            rings.append((team_id, "prompt", {"member": name}))
+        return rings
+
+    def finish(self) -> None:
+        _rings_now(self)
 
 
-async def message_send_fast(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> dict:
-    """send_message through the writer; answers the sender's result (tools.py's shape)."""
-    job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to)
+class EntriesJob(_writer.Job):
+    """Several entries of one member, in order, up to the first one refused: its result is
+    the acknowledgements of those stored (``{"entry_id", "folded"}``) and the refusal, if any
+    (the entries before it stay stored)."""
+
+    def __init__(self, *, member: Member, entries: list[wire.Entry]):
+        super().__init__()
+        self.steps = [EntryJob(member=member, entry=entry) for entry in entries]
+        self.done: list[EntryJob] = []
+
+    def execute(self, batch) -> None:
+        self.done, refusal = [], None
+        for step in self.steps:
+            try:
+                step.execute(batch)
+            except TeamError as exc:
+                refusal = exc
+                break
+            self.done.append(step)
+        self.result = ([{"entry_id": s.entry_id, "folded": not s.result} for s in self.done], refusal)
+
+    def committed(self) -> None:
+        for step in self.done:
+            step.committed()
+
+    def rings(self) -> list[tuple[int, str, dict]]:
+        rings = []
+        for step in self.done:
+            rings += [ring for ring in step.rings() if ring not in rings]
+        return rings
+
+    def finish(self) -> None:
+        _rings_now(self)
+
+
+class DeliveredJob(_writer.Job):
+    """Mark a message delivered whose entry its target's history already holds (recovery)."""
+
+    def __init__(self, *, team_id: int, target_id: int, target_name: str, message_id: str):
+        super().__init__()
+        self.target = Member(pk=target_id, team_id=team_id, name=target_name)
+        self.message_id = message_id
+
+    def execute(self, batch) -> None:
+        with hot_sql.HotCursor(batch.db) as cursor:
+            self.result = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+
+    def rings(self) -> list[tuple[int, str, dict]]:
+        return [(self.target.team_id, "message", {"target": self.target.name})] if self.result else []
+
+
+def _delivered(cursor, batch, *, member: Member, message_id: str) -> bool:
+    """``delivered`` for a pending message of ``member`` whose entry its history holds, with
+    its record; False when it is not (already delivered, or no such entry)."""
+    sql = hot_sql.statements(batch.db)
+    now = batch.now_db
+    cursor.execute(sql.mark_delivered, [now, now, message_id, member.pk, member.pk, message_id])
+    marked = cursor.fetchone()
+    if marked is None:
+        return False
+    batch.log(
+        team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=message_id,
+        data=json.dumps(delivered_record(target=member.name, seq=marked[0])),
+    )
+    return True
+
+
+def _rings_now(job) -> None:
+    """On the event loop, after the commit: the job's dashboard doorbells."""
+    for team_id, kind, data in job.rings():
+        events.dashboard_ring(team_id, {"type": "team.changed", "kind": kind, **data})
+
+
+# --- the transports' entry points: through the process's writer ----------------------------------
+async def message_send(
+    *, sender: Member, target_name: str, content: str, reply_to: str = "", key: str | None = None,
+    fingerprint: str = "",
+) -> dict:
+    """send_message: the sender's answer (docs/protocol.md). ``key``: the call's idempotency
+    key, ``fingerprint`` its arguments' (mailbox/idempotency.py)."""
+    if key:
+        idempotency.prune_soon()
+    job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, key=key,
+                  fingerprint=fingerprint)
     await writer().run(job)
+    if job.replayed is not None:
+        if "delivery" in job.replayed:
+            return {**job.replayed, "idempotent_replay": True}
+        return await to_db_thread(_replayed_now)(job.replayed)
     if job.admitted:
-        return job.answer()
+        return job.answer
     # Anything but a plain push (a resume, a target with messages queued before this
     # one, a test's armed fault) is admitted by target_admit, as before.
-    return await to_db_thread(_admit_and_answer)(job.message())
+    return await to_db_thread(_admit_and_answer)(job)
 
 
-def _admit_and_answer(message: TeamMessage) -> dict:
-    return send_answer(*message_admit_enqueued(message=message))
+def _admit_and_answer(job: SendJob) -> dict:
+    state, admission = message_admit_stored(message_id=job.message_id, target_id=job.target_id)
+    answer = send_answer(
+        message_id=job.message_id, thread_id=job.thread_id, team_id=job.sender.team_id, target_name=job.target_name,
+        state=state, admission=admission,
+    )
+    if job.key_id is not None:  # the key now replays the whole answer
+        IdempotencyRecord.objects.filter(pk=job.key_id).update(result=answer)
+    return answer
 
 
-def entry_record_submit(*, member: Member, entry: dict) -> asyncio.Future:
-    """entry_record through the writer: a future of whether the entry was new (False: folded).
+def _replayed_now(stored: dict) -> dict:
+    """A replay whose first call has not finished admission: answer what is known now."""
+    result = send_answer_now(message_id=stored["message_id"])
+    result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
+    return {**result, "idempotent_replay": True}
+
+
+def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
+    """An entry through the writer: a future of whether the entry was new (False: folded).
     Raises TeamError at once, storing nothing, when the member's history quota refuses
     the entry (mailbox/quota.py: in memory, no SQL)."""
     job = EntryJob(member=member, entry=entry)
     quota.entry_charge(member_id=member.pk, size=len(job.data))
     return writer().run(job)
+
+
+async def entries_submit(*, member: Member, entries: list[wire.Entry]) -> tuple[list[dict], TeamError | None]:
+    """Several entries through the writer, in order, in one commit: the acknowledgements of
+    those stored and the refusal that stopped the rest, if one did."""
+    return await writer().run(EntriesJob(member=member, entries=entries))
+
+
+# --- the same jobs on the calling thread, for the writes that are not hot ----------------------
+def run_now(job: _writer.Job):
+    """Run a job on this thread's connection, in the caller's transaction (or one of its
+    own); its dashboard doorbells ring after the commit. Answers its result."""
+    with transaction.atomic():
+        batch = _writer.Batch(timezone.now())
+        job.execute(batch)
+        hot_sql.batch_flush(batch)
+        transaction.on_commit(job.committed)
+        for team_id, kind, data in job.rings():
+            events.dashboard_notify(team_id, kind, **data)
+    return job.result
+
+
+def message_store(
+    *, sender: Member, target_name: str, content: str, reply_to: str = "", kind: str = MessageKind.MESSAGE
+) -> TeamMessage:
+    """A message stored with its ``queued`` record and not admitted: a spawn prompt (stored
+    with its roster entry, delivered once a host started the teammate), and tests."""
+    if kind == MessageKind.SPAWN_PROMPT:
+        spawn_prompt_validate(content)
+    job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, kind=kind,
+                  may_admit=False)
+    run_now(job)
+    return TeamMessage.objects.select_related("sender", "target").get(pk=job.message_id)
+
+
+def message_send_now(*, sender: Member, target_name: str, content: str, reply_to: str = "") -> dict:
+    """send_message on this thread (management commands, tests, the benches' in-process probe):
+    stored, then admitted; the sender's answer."""
+    job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, may_admit=False)
+    run_now(job)
+    return _admit_and_answer(job)
+
+
+def entry_record(*, member: Member, entry: dict | wire.Entry) -> bool:
+    """One history entry on this thread; whether it was new (False: folded)."""
+    entry = entry if isinstance(entry, wire.Entry) else wire.Entry.model_validate(entry)
+    return run_now(EntryJob(member=member, entry=entry))
+
+
+def messages_mark_delivered(*, messages) -> int:
+    """``delivered`` for each of these messages (``(message id, target id, target name,
+    team id)``) whose entry its target's history holds; how many were marked (recovery)."""
+    return sum(
+        bool(run_now(DeliveredJob(team_id=team_id, target_id=target_id, target_name=name, message_id=message_id)))
+        for message_id, target_id, name, team_id in messages
+    )

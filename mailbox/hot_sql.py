@@ -1,29 +1,37 @@
-"""The hot path's SQL (mailbox/hot_path.py): its statements for each database
-vendor, the driver's own cursor it runs them on, and what the process's writer
-(mailbox/writer.py) does around a batch of its jobs: the batch's transaction
-(``hot_transaction``), its pipeline (``jobs_piped``) and its Lead-log records in
-one statement (``log_rows_flush``).
+"""The SQL of the send and deliver transitions (mailbox/hot_path.py's jobs run it): its
+statements for each database vendor, the driver's own cursor it runs them on, and what
+the process's writer (mailbox/writer.py) does around a batch of jobs: the batch's
+transaction (``hot_transaction``), its pipeline (``jobs_piped``) and what the jobs leave
+for the end of the batch, in one statement each (``batch_flush``: the Lead-log records,
+the idempotency keys' results).
 
-The Lead-log records are the Lead log's (mailbox/lead_log_records.py): each
-record's fields, the batch INSERT ``log_rows_flush`` runs and the INSERT clauses
-of the PostgreSQL statements come from there, and this module composes its
-statements from them and runs them.
+Every state, phase and kind in these statements is the models' own (``MessageState``,
+``Phase``, ``SessionState``, ``PromptState``, ``LogKind``), and every Lead-log record
+is built by the Lead log's builders (mailbox/lead_log.py): nothing here is typed twice.
 
-Below both the jobs and the database threads: mailbox/db.py builds the writer
-with these three, and hot_path's jobs run the statements; neither needs the other.
+Below the jobs and beside mailbox/db.py, which is handed ``batch_flush``,
+``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
 """
 import contextlib
 
 from django.db import connection
 
 from mailbox import sqlcount
-from mailbox.lead_log_records import (
+from mailbox.lead_log import (
     accepted_record, delivered_record, queued_record, records_from, records_select, rows_insert, rows_values,
 )
-from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, LogKind, TeamMessage
+from mailbox.models import (
+    PENDING_STATES, TARGET_REFUSING_PHASES, HistoryEntry, HostPresence, HumanPrompt, IdempotencyRecord, LogKind,
+    MessageState, PromptState, TeamMessage,
+)
 from mailbox.writer import Batch
 from teams.errors import TeamError
-from teams.models import Member
+from teams.models import Member, Phase, SessionState
+
+
+def _listed(*values) -> str:
+    """A SQL list of the enum values (their own text, never typed here)."""
+    return ", ".join(f"'{value}'" for value in values)
 
 
 def hosts_exists(member: str, hosts: str) -> str:
@@ -31,72 +39,91 @@ def hosts_exists(member: str, hosts: str) -> str:
 
 
 class Statements:
-    """The hot path's statements for one database vendor."""
+    """The send and deliver statements for one database vendor."""
 
     def __init__(self, vendor: str):
         json_value = "CAST(%s AS jsonb)" if vendor == "postgresql" else "%s"
         member, message = Member._meta.db_table, TeamMessage._meta.db_table
         history = HistoryEntry._meta.db_table
         hosts = HostPresence._meta.db_table
+        keys = IdempotencyRecord._meta.db_table
+        prompts = HumanPrompt._meta.db_table
+        pending = _listed(*PENDING_STATES)
+        refusing = _listed(*TARGET_REFUSING_PHASES)
+        queued, accepted, delivered = (f"'{s}'" for s in (MessageState.QUEUED, MessageState.ACCEPTED, MessageState.DELIVERED))
 
-        def pending(state: str) -> str:
+        def counted(state: str) -> str:
             # One index range per state ((target, state, seq)): the pending few, never the inbox.
             return f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state = '{state}')"
 
+        pending_count = " + ".join(counted(s) for s in PENDING_STATES)
         # Takes the target's row lock (as select_for_update(no_key=True) does), hands out
         # its next seq and refuses a full mailbox, in one statement.
         self.target_claim = (
             f"UPDATE {member} SET next_seq = next_seq + 1 "
-            f"WHERE team_id = %s AND name = %s AND phase NOT IN ('retired', 'failed') "
-            f"AND {pending('queued')} + {pending('accepted')} < %s "
-            f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, {pending('queued')}, "
-            f"{hosts_exists(member, hosts)}"
+            f"WHERE team_id = %s AND name = %s AND phase NOT IN ({refusing}) AND {pending_count} < %s "
+            f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
+            f"{counted(MessageState.QUEUED)}, {hosts_exists(member, hosts)}"
         )
         self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
-        self.target_pending = (
-            f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ('queued', 'accepted')"
-        )
-        self.reply_thread = (
-            f"SELECT id, thread_id FROM {message} WHERE id = %s AND team_id = %s AND target_id = %s"
-        )
+        self.target_pending = f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ({pending})"
+        self.reply_thread = f"SELECT id, thread_id FROM {message} WHERE id = %s AND team_id = %s AND target_id = %s"
         self.message_insert = (
-            f"INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
+            f"INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, kind, "
             f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s)"
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s)"
         )
         self.entry_insert = (
             f"INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
             f"VALUES (%s, %s, %s, %s, %s, {json_value}, %s) ON CONFLICT DO NOTHING RETURNING id"
         )
         self.entry_undo = f"DELETE FROM {history} WHERE id = %s"
-        # Delivered only while the history holds the message (the entry may have folded
-        # on another entry's id) and only once; no existence checks before it.
+        # Delivered only while pending, only while the history holds the message (the entry
+        # may have folded on another entry's id), and only once; no existence checks before it.
         self.mark_delivered = (
-            f"UPDATE {message} SET state = 'delivered', delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
-            f"WHERE id = %s AND target_id = %s AND state <> 'delivered' "
+            f"UPDATE {message} SET state = {delivered}, delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
+            f"WHERE id = %s AND target_id = %s AND state IN ({pending}) "
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
             f"RETURNING seq"
         )
         self.message_is_mine = f"SELECT 1 FROM {message} WHERE id = %s AND target_id = %s"
         self.prompt_started = (
-            f"UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %s "
-            f"WHERE id = %s AND target_id = %s AND state = 'queued'"
+            f"UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %s "
+            f"WHERE id = %s AND target_id = %s AND state = '{PromptState.QUEUED}'"
         )
-        # The batch INSERT of the Lead-log records the jobs append (log_rows_flush).
+        # An idempotency key (mailbox/idempotency.py): a live key of this member and tool, and
+        # the key stored with its call's result (taking over an expired one).
+        self.key_find = (
+            f"SELECT id, fingerprint, result FROM {keys} WHERE member_id = %s AND tool = %s AND key = %s "
+            f"AND created_at >= %s"
+        )
+        self.key_store = (
+            f"INSERT INTO {keys} (member_id, tool, key, fingerprint, result, created_at) "
+            f"VALUES (%s, %s, %s, %s, {json_value}, %s) "
+            f"ON CONFLICT (member_id, tool, key) DO UPDATE SET fingerprint = excluded.fingerprint, "
+            f"result = excluded.result, created_at = excluded.created_at WHERE {keys}.created_at < %s RETURNING id"
+        )
+        self.key_undo = f"DELETE FROM {keys} WHERE id = %s"
+        # The batch INSERT of the Lead-log records the jobs append (batch_flush).
         self.log_insert_head, self.log_row = rows_values(json_value)
         if vendor != "postgresql":
-            self.send_piped = self.entry_piped = None
+            self.send_piped = self.send_piped_keyed = self.entry_piped = None
             return
         # PostgreSQL runs each job as one statement (one round trip): the steps above,
         # with their Lead-log records, joined by data-modifying WITH clauses (which
         # SQLite does not have). Needing no other statement's answer, a batch's
         # statements go out in one pipeline (jobs_piped).
-        pushable = "phase IN ('active', 'provisioning') AND session_state IN ('running', 'idle')"
-        text = "CAST(%(target)s AS text)"
-        queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = 'queued')"
-        pending_all = (
-            f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ('queued', 'accepted'))"
+        self.key_results = (
+            f"UPDATE {keys} SET result = v.result FROM (VALUES {{rows}}) AS v(id, result) WHERE {keys}.id = v.id"
         )
+        self.key_results_row = "(CAST(%s AS bigint), CAST(%s AS jsonb))"
+        pushable = (
+            f"phase IN ({_listed(Phase.ACTIVE, Phase.PROVISIONING)}) "
+            f"AND session_state IN ({_listed(SessionState.RUNNING, SessionState.IDLE)})"
+        )
+        text = "CAST(%(target)s AS text)"
+        queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = {queued})"
+        pending_all = f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ({pending}))"
         # The send's records: queued, and accepted when admitted in the same statement.
         send_records = records_from(
             records_select(
@@ -109,19 +136,38 @@ class Statements:
                 team="%(team)s", message="%(id)s", now="%(now)s", source="t", where="t.admit",
             ),
         )
-        self.send_piped = (
-            f"WITH t AS (UPDATE {member} SET next_seq = next_seq + 1 "
-            f"WHERE team_id = %(team)s AND name = %(target)s AND phase NOT IN ('retired', 'failed') "
-            f"AND {pending_all} < %(limit)s "
-            f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
-            f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {queued_none} AND %(may)s) AS admit), "
-            f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
-            f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, "
-            f"CASE WHEN t.admit THEN 'accepted' ELSE 'queued' END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
-            f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
-            f"l AS ({send_records}) "
-            f"SELECT t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit FROM t"
+
+        def send(claimed: str = "") -> str:
+            return (
+                f"t AS (UPDATE {member} SET next_seq = next_seq + 1 "
+                f"WHERE team_id = %(team)s AND name = %(target)s AND phase NOT IN ({refusing}) "
+                f"AND {pending_all} < %(limit)s {claimed}"
+                f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
+                f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {queued_none} AND %(may)s) AS admit), "
+                f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
+                f"kind, state, attempts, last_error, created_at, queued_at, accepted_at) "
+                f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, %(kind)s, "
+                f"CASE WHEN t.admit THEN {accepted} ELSE {queued} END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
+                f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
+                f"l AS ({send_records}) "
+            )
+
+        target_columns = "t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit"
+        self.send_piped = f"WITH {send()}SELECT {target_columns} FROM t"
+        # A keyed send claims its key first (with the message's ids as its result until the
+        # batch stores the whole answer), and stores the message only when it did: the claim
+        # and the send commit together or not at all. Unclaimed, it answers the key's row as
+        # this statement saw it (NULL when another transaction committed it meanwhile).
+        self.send_piped_keyed = (
+            f"WITH k AS (INSERT INTO {keys} (member_id, tool, key, fingerprint, result, created_at) "
+            f"VALUES (%(sender)s, %(tool)s, %(key)s, %(fingerprint)s, CAST(%(claimed)s AS jsonb), %(now)s) "
+            f"ON CONFLICT (member_id, tool, key) DO UPDATE SET fingerprint = excluded.fingerprint, "
+            f"result = excluded.result, created_at = excluded.created_at "
+            f"WHERE {keys}.created_at < %(expired)s RETURNING id), "
+            f"{send('AND EXISTS (SELECT 1 FROM k) ')}"
+            f"SELECT {target_columns}, (SELECT id FROM k), p.fingerprint, p.result "
+            f"FROM (SELECT 1) AS one LEFT JOIN t ON true LEFT JOIN {keys} AS p ON NOT EXISTS (SELECT 1 FROM k) "
+            f"AND p.member_id = %(sender)s AND p.tool = %(tool)s AND p.key = %(key)s"
         )
         entry_records = records_from(
             records_select(
@@ -134,15 +180,15 @@ class Statements:
             f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
             f"VALUES (%(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s) "
             f"ON CONFLICT DO NOTHING RETURNING id), "
-            f"d AS (UPDATE {message} SET state = 'delivered', delivered_at = %(now)s, "
+            f"d AS (UPDATE {message} SET state = {delivered}, delivered_at = %(now)s, "
             f"accepted_at = COALESCE(accepted_at, %(now)s) "
-            f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state <> 'delivered' "
+            f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
             f"AND (EXISTS (SELECT 1 FROM h) "
             f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
             f"RETURNING seq), "
             f"l AS ({entry_records}), "
-            f"p AS (UPDATE {HumanPrompt._meta.db_table} SET state = 'started', started_at = %(now)s "
-            f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = 'queued') "
+            f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
+            f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
             f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
             f"EXISTS (SELECT 1 FROM {message} WHERE id = %(message)s AND target_id = %(member)s)"
         )
@@ -175,7 +221,7 @@ def _prepared_statements_on(raw) -> None:
 
 
 class HotCursor:
-    """The driver's own cursor on Django's connection (inside Django's transaction),
+    """The driver's own cursor on Django's connection (inside the caller's transaction),
     without Django's cursor wrappers: on PostgreSQL it binds parameters on the
     server and prepares the fixed statements (Django's cursor quotes every
     parameter into the SQL text in Python, a tenth of the hot path's time)."""
@@ -281,7 +327,7 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
         job.error = None
         try:
             job.piped_result(cursor.fetchone(), batch)
-        except TeamError as exc:  # a refusal wrote nothing (or undid its entry)
+        except TeamError as exc:  # a refusal wrote nothing (or undid what it wrote)
             job.error = exc
         finally:
             cursor.close()
@@ -289,11 +335,17 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
     return [job for job in jobs if id(job) not in done]
 
 
-def log_rows_flush(batch: Batch) -> None:
-    """A batch's Lead-log records, in the order its jobs appended them, in one statement."""
-    if not batch.log_rows:
-        return
+def batch_flush(batch: Batch) -> None:
+    """What a batch's jobs left for its end, in one statement each before the commit: the
+    Lead-log records, in the order the jobs appended them, and (PostgreSQL) the results of
+    the idempotency keys its sends claimed."""
     sql = statements(batch.db)
-    statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
-    with HotCursor(batch.db) as cursor:
-        cursor.execute(statement, params, prepare=False)
+    if batch.log_rows:
+        statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
+        with HotCursor(batch.db) as cursor:
+            cursor.execute(statement, params, prepare=False)
+    if batch.key_results:
+        params = [value for row in batch.key_results for value in row]
+        statement = sql.key_results.replace("{rows}", ", ".join([sql.key_results_row] * len(batch.key_results)))
+        with HotCursor(batch.db) as cursor:
+            cursor.execute(statement, params, prepare=False)

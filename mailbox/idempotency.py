@@ -24,6 +24,7 @@ or its first keyed call, whichever comes first) and then hourly
 (``prune_due``); ``manage.py sweep`` does too, and ``manage.py
 idempotency_prune`` prunes at once, from cron or an operator's shell.
 """
+import asyncio
 import hashlib
 import json
 import logging
@@ -37,6 +38,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import BaseModel
 
+from mailbox.db import to_db_thread
 from mailbox.models import IdempotencyRecord
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
@@ -46,6 +48,7 @@ DEFAULT_WINDOW = 7 * 24 * 3600.0
 PRUNE_EVERY = 3600.0
 _pruned_at: float | None = None
 _prune_lock = threading.Lock()
+_pruning: set = set()
 
 
 def window() -> timedelta:
@@ -77,15 +80,25 @@ def _claim(*, member: Member, tool: str, key: str, digest: str) -> tuple[Idempot
             existing.delete()  # expired but not yet pruned: the key is free again
             continue
         if existing.fingerprint != digest:
-            extra = {"persisted": False} if tool == "send_message" else {}
-            raise TeamError(
-                ErrorCode.IDEMPOTENCY_KEY_CONFLICT,
-                f"The idempotency key {key!r} was already used for a {tool} call with different arguments; "
-                "repeat that call unchanged to get its result, or use a new key for a new call.",
-                **extra,
-            )
+            raise key_conflict(key, tool)
         return existing, False
-    raise TeamError(ErrorCode.IDEMPOTENCY_KEY_CONFLICT, f"The idempotency key {key!r} is in use; try again.")
+    raise key_in_use(key)
+
+
+def key_conflict(key: str, tool: str) -> TeamError:
+    """The key was used for a call with other arguments."""
+    extra = {"persisted": False} if tool == "send_message" else {}
+    return TeamError(
+        ErrorCode.IDEMPOTENCY_KEY_CONFLICT,
+        f"The idempotency key {key!r} was already used for a {tool} call with different arguments; "
+        "repeat that call unchanged to get its result, or use a new key for a new call.",
+        **extra,
+    )
+
+
+def key_in_use(key: str) -> TeamError:
+    """Another call with the key was deciding it at the same moment; the retry finds its result."""
+    return TeamError(ErrorCode.IDEMPOTENCY_KEY_CONFLICT, f"The idempotency key {key!r} is in use; try again.")
 
 
 def run_once(
@@ -136,14 +149,28 @@ def keys_prune(*, now=None) -> int:
     return deleted
 
 
+def _due() -> bool:
+    return _pruned_at is None or time.monotonic() - _pruned_at >= PRUNE_EVERY
+
+
 def prune_due() -> None:
     """Prune at this process's first keyed call, then at most hourly."""
     global _pruned_at
     with _prune_lock:
-        if _pruned_at is not None and time.monotonic() - _pruned_at < PRUNE_EVERY:
+        if not _due():
             return
         _pruned_at = time.monotonic()
     try:
         keys_prune()
     except Exception:  # pruning only bounds the table; the next hour tries again
         log.warning("pruning idempotency keys failed", exc_info=True)
+
+
+def prune_soon() -> None:
+    """From the event loop, for a keyed call on the writer: prune on a database thread when
+    due, without the call waiting for it (an expired key counts as unused either way)."""
+    if not _due():
+        return
+    task = asyncio.ensure_future(to_db_thread(prune_due)())
+    _pruning.add(task)
+    task.add_done_callback(_pruning.discard)

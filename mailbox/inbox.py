@@ -4,7 +4,10 @@ reported in bulk (REST ``POST /api/v1/session/entries``), folded exactly as the
 websocket's ``entry`` frames are, so a polling session gets the same delivered
 guarantee as a connected one.
 """
-from mailbox import selectors, sessions, wire
+import json
+
+from mailbox import hot_path, quota, selectors, wire
+from mailbox.db import to_db_thread
 from mailbox.models import MessageState
 from teams.errors import TeamError
 
@@ -19,36 +22,56 @@ def inbox_read(*, member, after_seq: int, limit: int) -> dict:
     }
 
 
-def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:
-    acks = []
-    for entry in entries:
-        try:
-            created = sessions.session_entry(member=member, entry=entry.as_stored())
-        except TeamError as exc:
-            exc.extra["acks"] = acks  # what was stored before the refusal stays stored
-            raise
-        acks.append({"entry_id": entry.id, "folded": not created})
+async def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:
+    """Entries reported in bulk, in order, through the writer: their acknowledgements. The
+    first one refused (by the history quota, or by the writer: a message never addressed
+    to the member) stops the rest; the refusal carries the acks of those stored before it."""
+    admitted, refusal = _quota_admitted(member=member, entries=entries)
+    acks: list[dict] = []
+    if admitted:
+        acks, refused = await hot_path.entries_submit(member=member, entries=admitted)
+        refusal = refused or refusal
+    if refusal is not None:
+        refusal.extra["acks"] = acks  # what was stored before the refusal stays stored
+        raise refusal
     return acks
 
 
-def inbox_take(*, member, after_seq: int, limit: int) -> dict:
+def _quota_admitted(*, member, entries: list[wire.Entry]) -> tuple[list[wire.Entry], TeamError | None]:
+    """The entries the member's history quota admits, in order, up to the first it refuses
+    (mailbox/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
+    for index, entry in enumerate(entries):
+        try:
+            quota.entry_charge(member_id=member.pk, size=len(json.dumps(entry.as_stored())))
+        except TeamError as exc:
+            exc.extra["entry_id"] = entry.id
+            return entries[:index], exc
+    return entries, None
+
+
+async def inbox_take(*, member, after_seq: int, limit: int) -> dict:
     """An MCP session reads its inbox resource: the page it is given is now in its
     context, so each undelivered message on it is recorded in the member's history
     as the session's own ``user_message`` entry (the team-message source, folded by
     its id like any entry) and so marked delivered. The one delivery path where the
     server writes the entry: an MCP client reports no history of its own."""
-    page = inbox_read(member=member, after_seq=after_seq, limit=limit)
-    for message in page["messages"]:
-        if message["state"] == MessageState.DELIVERED:
-            continue
-        sessions.session_entry(
-            member=member,
-            entry={
+    page = await to_db_thread(inbox_read)(member=member, after_seq=after_seq, limit=limit)
+    taken = [message for message in page["messages"] if message["state"] != MessageState.DELIVERED]
+    entries = [
+        wire.Entry.model_validate(
+            {
                 "id": f"mcp-inbox-{message['id']}",
                 "kind": "user_message",
                 "text": message["content"],
-                "source": {"kind": "team-message", "message_id": message["id"], "sender": message["sender"]},
-            },
+                "source": {"kind": wire.TEAM_MESSAGE_SOURCE, "message_id": message["id"], "sender": message["sender"]},
+            }
         )
-        message["state"] = MessageState.DELIVERED.value
+        for message in taken
+    ]
+    if entries:
+        _, refusal = await hot_path.entries_submit(member=member, entries=entries)
+        if refusal is not None:
+            raise refusal
+        for message in taken:
+            message["state"] = MessageState.DELIVERED.value
     return page

@@ -159,7 +159,7 @@ async def _read_resource(ctx, params: types.ReadResourceRequestParams) -> types.
         after_seq, limit = _inbox_query(uri)
         try:
             member = _member(ctx)
-            page = await to_db_thread(inbox.inbox_take)(member=member, after_seq=after_seq, limit=limit)
+            page = await inbox.inbox_take(member=member, after_seq=after_seq, limit=limit)
         except TeamError as exc:
             raise MCPError(types.INVALID_PARAMS, f"{exc.code}: {exc.message}")
         contents = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(page))

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from teams.models import Member, Team
+from teams.models import Member, Phase, Team
 
 
 def message_id_new() -> str:
@@ -17,9 +17,21 @@ def prompt_id_new() -> str:
 
 
 class MessageState(models.TextChoices):
+    """A team message's delivery state (mailbox/delivery.py has the transitions)."""
+
     QUEUED = "queued"
     ACCEPTED = "accepted"
     DELIVERED = "delivered"
+
+
+# The states a message waits for delivery in: what counts against its target's mailbox
+# limit, what admission and recovery take up, what the dashboards count as pending.
+PENDING_STATES = (MessageState.QUEUED, MessageState.ACCEPTED)
+# Every other state is final; delivered is the one a selector may derive (sent less the
+# rest), every other is counted (mailbox/selectors.py).
+COUNTED_STATES = tuple(s for s in MessageState if s != MessageState.DELIVERED)
+# A target in one of these phases takes no messages (delivery.refuse_phase says why).
+TARGET_REFUSING_PHASES = (Phase.RETIRED, Phase.FAILED)
 
 
 class MessageKind(models.TextChoices):

@@ -6,7 +6,8 @@ prompt turn under way: never merged into a running turn, never two at once. A
 member with no session is started for it, as it would be for a message. A
 session that says hello, or reports itself idle, is offered the next prompt
 (mailbox/sessions.py); the prompt is ``started`` when the session's history
-records the prompt entry, and ``completed`` with the turn.
+records the prompt entry (in that entry's commit: mailbox/hot_path.py's EntryJob),
+and ``completed`` with the turn.
 """
 from django.db import transaction
 from django.db.models import Q
@@ -86,11 +87,3 @@ def prompt_withdraw(*, prompt_id: str) -> bool:
         if withdrawn:
             events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt_id)
     return bool(withdrawn)
-
-
-def prompt_started(*, member: Member, prompt_id: str) -> None:
-    """The member's history now holds the prompt's entry: its turn has started."""
-    HumanPrompt.objects.filter(pk=prompt_id, target=member, state=PromptState.QUEUED).update(
-        state=PromptState.STARTED, started_at=timezone.now()
-    )
-    events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt_id)

@@ -29,9 +29,11 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from mailbox import delivery, events, faults, hosts, idempotency, outage, presence, selectors, sessions
-from mailbox.delivery import _PENDING, message_mark_delivered, target_admit
-from mailbox.models import HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage
+from mailbox import delivery, events, faults, hosts, hot_path, idempotency, outage, presence, selectors, sessions
+from mailbox.delivery import target_admit
+from mailbox.models import (
+    PENDING_STATES, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
+)
 from mailbox.presence import PROCESS_ID, timing
 from teams.models import Member, SessionState
 
@@ -56,13 +58,13 @@ def recovery_pass() -> dict:
 def messages_reconcile() -> int:
     """Mark delivered every message whose entry is in its target's history (a crash between the two)."""
     held = HistoryEntry.objects.filter(member_id=OuterRef("target_id"), message_id=OuterRef("pk"))
-    ids = list(
-        TeamMessage.objects.filter(state__in=_PENDING)
+    found = list(
+        TeamMessage.objects.filter(state__in=PENDING_STATES)
         .filter(Exists(held))
         .order_by("state", "queued_at")  # walks the (state, queued_at) index; see messages_recover
-        .values_list("pk", flat=True)[:500]
+        .values_list("pk", "target_id", "target__name", "team_id")[:500]
     )
-    return sum(message_mark_delivered(message_id=i) for i in ids)
+    return hot_path.messages_mark_delivered(messages=found)
 
 
 # Redelivery waits REDELIVER_AFTER, then 3x, then 7x that after the first acceptance (attempts 1, 2, 3+).

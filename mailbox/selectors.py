@@ -3,7 +3,7 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
-from mailbox.models import HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.models import COUNTED_STATES, PENDING_STATES, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from mailbox.text_match import ContainsAnyCase
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
@@ -34,7 +34,7 @@ def message_out(message: TeamMessage) -> dict:
 
 
 def pending_of(
-    *, target: Member, states=(MessageState.QUEUED, MessageState.ACCEPTED), limit: int | None = None
+    *, target: Member, states=PENDING_STATES, limit: int | None = None
 ) -> list[TeamMessage]:
     """A target's undelivered messages (of ``states``) in seq order, with their senders.
 
@@ -53,28 +53,31 @@ def pending_of(
     return rows[:limit] if limit else rows
 
 
-def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
-    """Per target: how many messages are queued, accepted, delivered.
+def _no_messages() -> dict[str, int]:
+    return {str(state): 0 for state in MessageState}
 
-    The pending states are counted (a bounded few per target); delivered is
-    derived from them (``delivered_count``). The cost stays the same with a
-    million stored messages as with a thousand."""
+
+def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
+    """Per target: how many messages are in each state.
+
+    Every state but delivered is counted (the pending few per target, by the (target,
+    state, seq) index; a new state is counted as soon as it is a MessageState); delivered
+    is what is left of all that were ever sent (``delivered_count``), so the cost stays
+    the same with a million stored messages as with a thousand."""
     totals = [(pk, sent_count(next_seq)) for pk, next_seq in Member.objects.filter(team=team).values_list("pk", "next_seq")]
-    # By target (the (target, state, seq) index), not by team: only the pending few are read.
+    # By target (the (target, state, seq) index), not by team: only the counted few are read.
     rows = (
-        TeamMessage.objects.filter(
-            target_id__in=[pk for pk, _ in totals], state__in=[MessageState.QUEUED, MessageState.ACCEPTED]
-        )
+        TeamMessage.objects.filter(target_id__in=[pk for pk, _ in totals], state__in=COUNTED_STATES)
         .values("target_id", "state")
         .annotate(n=Count("pk"))
     )
-    pending: dict[int, dict[str, int]] = {}
+    counted: dict[int, dict[str, int]] = {}
     for r in rows:
-        pending.setdefault(r["target_id"], {"queued": 0, "accepted": 0})[r["state"]] = r["n"]
+        counted.setdefault(r["target_id"], _no_messages())[r["state"]] = r["n"]
     counts = {}
     for member_id, total in totals:
-        p = pending.get(member_id, {"queued": 0, "accepted": 0})
-        counts[member_id] = {**p, "delivered": delivered_count(sent=total, queued=p["queued"], accepted=p["accepted"])}
+        mine = counted.get(member_id, _no_messages())
+        counts[member_id] = {**mine, MessageState.DELIVERED.value: delivered_count(sent=total, counted=mine)}
     return counts
 
 
@@ -85,9 +88,9 @@ def sent_count(next_seq: int) -> int:
     return next_seq - 1
 
 
-def delivered_count(*, sent: int, queued: int, accepted: int) -> int:
-    """Delivered = sent less what is still pending: no scan of the delivered backlog."""
-    return max(0, sent - queued - accepted)
+def delivered_count(*, sent: int, counted: dict[str, int]) -> int:
+    """Delivered = sent less every other state, each counted: no scan of the delivered backlog."""
+    return max(0, sent - sum(counted.get(state, 0) for state in COUNTED_STATES))
 
 
 def team_summary(*, team: Team) -> dict:
@@ -97,7 +100,7 @@ def team_summary(*, team: Team) -> dict:
         members.append(
             {
                 **team_selectors.member_out(member),
-                **counts.get(member.pk, {"queued": 0, "accepted": 0, "delivered": 0}),
+                **counts.get(member.pk, _no_messages()),
             }
         )
     tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
@@ -136,8 +139,8 @@ def messages_matching(
         raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
     if (target and target not in ids) or (sender and sender not in ids):
         return TeamMessage.objects.none()
-    if pending or state in (MessageState.QUEUED, MessageState.ACCEPTED):
-        states = [state] if state else [MessageState.QUEUED, MessageState.ACCEPTED]
+    if pending or state in PENDING_STATES:
+        states = [state] if state else list(PENDING_STATES)
         if state == MessageState.DELIVERED:
             return TeamMessage.objects.none()
         qs = TeamMessage.objects.filter(team=team, state__in=states)

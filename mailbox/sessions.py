@@ -62,14 +62,6 @@ def session_closed(*, member_id: int, channel: str) -> None:
     presence.session_detached(channel=channel)
 
 
-def session_entry(*, member: Member, entry: dict) -> bool:
-    """A session reported a history entry. Returns whether it was new (False: folded)."""
-    _, created = delivery.entry_record(member=member, entry=entry)
-    if entry.get("kind") == "prompt" and entry.get("prompt_id"):
-        queue_adapter.prompt_started(member=member, prompt_id=entry["prompt_id"])
-    return created
-
-
 def member_interrupt(*, lead: Member, target_name: str) -> str:
     if not lead.is_lead:
         raise TeamError(ErrorCode.LEAD_ONLY, "Only the Lead can interrupt a teammate.")

@@ -2,7 +2,8 @@
 
 Eight tools are roster and task-board operations of ``teams``; ``send_message``
 is the mailbox's. The dispatch sits here because it needs both. Each call runs
-its service, appends the Lead-log record and rings the dashboard's doorbell.
+one service, which writes its Lead-log record and rings the dashboard's doorbell
+(the roster's and the board's through the Lead log teams/services.py is handed).
 """
 import asyncio
 import contextlib
@@ -13,10 +14,10 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import answers, delivery, faults, hosts, hot_path, idempotency, lead_log, sessions, waiting
+from mailbox import faults, hosts, hot_path, idempotency, sessions, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
-from mailbox.models import TeamMessage
+from mailbox.models import MessageKind
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
@@ -47,14 +48,6 @@ def _sync(fn: Callable[[Member, BaseModel], dict]) -> Callable[[Member, BaseMode
     return run
 
 
-def _task_logged(member: Member, task, action: str) -> dict:
-    lead_log.task_logged(
-        team_id=member.team_id,
-        data={"task": task.public_id, "action": action, "by": member.name, "revision": task.revision},
-    )
-    return _task_view(member, task.public_id)
-
-
 # --- the tools' bodies ----------------------------------------------------------------------
 def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
     with transaction.atomic():
@@ -63,48 +56,20 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
         )
         if args.prompt.strip():
             # Its first turn: durable with the roster entry, delivered once the host has started it.
-            delivery.spawn_prompt_enqueue(lead=lead, teammate=member, prompt=args.prompt)
-        lead_log.member_logged(
-            team_id=lead.team_id, data={"member": member.name, "spawned_by": lead.name}, status=member.status
-        )
+            hot_path.message_store(
+                sender=lead, target_name=member.name, content=args.prompt, kind=MessageKind.SPAWN_PROMPT
+            )
     hosts.members_start_pending(team_id=lead.team_id)
     return {"member": selectors.member_out(member)}
 
 
-def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
-    sent: list[TeamMessage] = []
-
-    def enqueue() -> dict:
-        message = delivery.message_enqueue(
-            sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
-        )
-        sent.append(message)
-        return {"message_id": message.id, "thread_id": message.thread_id or message.id}
-
-    def admit(_: dict) -> dict:
-        return answers.send_answer(*delivery.message_admit_enqueued(message=sent[0]))
-
-    return idempotency.run_once(
-        member=sender, tool="send_message", arguments=args, perform=enqueue, finish=admit, replay=_send_replayed
+async def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
+    """Through the process's writer, keyed or not (mailbox/hot_path.py)."""
+    key = args.idempotency_key or None
+    return await hot_path.message_send(
+        sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or "", key=key,
+        fingerprint=idempotency.fingerprint(args) if key else "",
     )
-
-
-async def _send_message_now(sender: Member, args: schemas.SendMessageArgs) -> dict:
-    """A send without an idempotency key goes through the process's writer (the hot path)."""
-    if args.idempotency_key:
-        return await to_db_thread(_send_message)(sender, args)
-    return await hot_path.message_send_fast(
-        sender=sender, target_name=args.target, content=args.message, reply_to=args.reply_to or ""
-    )
-
-
-def _send_replayed(stored: dict) -> dict:
-    """A replay whose first call has not finished admission: answer what is known now."""
-    if "delivery" in stored:
-        return stored
-    result = answers.send_answer_now(message_id=stored["message_id"])
-    result["delivery"]["warnings"].append("The first call with this key was still being admitted; do not resend.")
-    return result
 
 
 def _list_agents(member: Member, args: schemas.ListAgentsArgs) -> dict:
@@ -117,19 +82,24 @@ def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:
 
 def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:
     def create() -> dict:
-        with transaction.atomic():
-            task = services.task_create(
-                member=member,
-                subject=args.subject,
-                description=args.description,
-                blocked_by=args.blocked_by,
-                write_scopes=args.write_scopes,
-            )
-            return {**_task_logged(member, task, "create"), "idempotent_replay": False}
+        task = services.task_create(
+            member=member,
+            subject=args.subject,
+            description=args.description,
+            blocked_by=args.blocked_by,
+            write_scopes=args.write_scopes,
+        )
+        return {**_task_view(member, task.public_id), "idempotent_replay": False}
 
     result = idempotency.run_once(member=member, tool="team_task_create", arguments=args, perform=create)
     faults.crash_point("after_task_commit")
     return result
+
+
+async def _task_create_on_writer(member: Member, args: schemas.TaskCreateArgs) -> dict:
+    """On the writer's thread: the key's claim and the task commit together, in order with
+    the process's sends (on SQLite the writer is the one database thread anyway)."""
+    return await to_db_thread(_task_create, lane="writer")(member, args)
 
 
 def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
@@ -154,9 +124,8 @@ def _task_get(member: Member, args: schemas.TaskGetArgs) -> dict:
 
 
 def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
-    with transaction.atomic():
-        task = services.task_update(member=member, **args.model_dump(exclude_unset=True))
-        return _task_logged(member, task, args.action)
+    task = services.task_update(member=member, **args.model_dump(exclude_unset=True))
+    return _task_view(member, task.public_id)
 
 
 # --- wait_agent: the one tool that waits --------------------------------------------------------
@@ -205,7 +174,7 @@ TOOLS: dict[str, Tool] = {
             "call replays its result (idempotent_replay: true) instead of sending again.",
             S.SendMessageArgs,
             S.SendMessageResult,
-            _send_message_now,
+            _send_message,
         ),
         Tool(
             "list_agents",
@@ -237,7 +206,7 @@ TOOLS: dict[str, Tool] = {
             "of the same call replays its result (idempotent_replay: true) instead of creating another task.",
             S.TaskCreateArgs,
             S.TaskCreateResult,
-            _sync(_task_create),
+            _task_create_on_writer,
         ),
         Tool(
             "team_task_list",

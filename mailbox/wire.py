@@ -124,6 +124,10 @@ EntryId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 RecordId = Annotated[str, StringConstraints(max_length=64)]
 
 
+# The source kind of an entry that carries a team message (its id folds the entry).
+TEAM_MESSAGE_SOURCE = "team-message"
+
+
 class Source(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: str
@@ -142,11 +146,19 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _team_message_has_id(self) -> "Entry":
-        if self.source and self.source.kind == "team-message" and not self.source.message_id:
+        if self.source and self.source.kind == TEAM_MESSAGE_SOURCE and not self.source.message_id:
             raise ValueError("a team-message source needs its message_id")
         if self.kind == "prompt" and not self.prompt_id and self.source and self.source.prompt_id:
             self.prompt_id = self.source.prompt_id
         return self
+
+    @property
+    def delivers(self) -> str | None:
+        """The team message this entry delivers: a ``user_message`` whose source is that
+        message (docs/protocol.md). The one rule the writer and the websocket follow."""
+        if self.kind == "user_message" and self.source is not None and self.source.kind == TEAM_MESSAGE_SOURCE:
+            return self.source.message_id
+        return None
 
     def as_stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)

@@ -61,9 +61,8 @@ class Job:
     # time before the commit.
     lock_order: tuple = (0,)
 
-    def __init__(self):
-        self.loop = asyncio.get_running_loop()
-        self.future = self.loop.create_future()
+    loop: asyncio.AbstractEventLoop | None = None
+    future: asyncio.Future | None = None
 
     def execute(self, batch: "Batch") -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -92,8 +91,9 @@ class Job:
 
 
 class Batch:
-    """What the jobs of one transaction share: its clock and the Lead-log
-    records they append, written in one statement before the commit."""
+    """What the jobs of one transaction share: its clock, and what they leave for its
+    end, written in one statement each before the commit (the Lead-log records they
+    append, the results of the idempotency keys they claimed)."""
 
     def __init__(self, now):
         from django.db import connections
@@ -102,9 +102,14 @@ class Batch:
         self.db = connections["default"]  # this thread's connection, looked up once
         self.now_db = self.db.ops.adapt_datetimefield_value(now)  # the clock as the database stores it
         self.log_rows: list[tuple] = []
+        self.key_results: list[tuple[int, str]] = []
 
     def log(self, *, team_id: int, kind: str, message_id: str | None, data: str) -> None:
         self.log_rows.append((team_id, kind, message_id, data))
+
+    def key_result(self, key_id: int, result: str) -> None:
+        """A claimed idempotency key's result (JSON text), stored with the batch."""
+        self.key_results.append((key_id, result))
 
 
 class _Call:
@@ -120,7 +125,7 @@ class Writer(concurrent.futures.Executor):
         self,
         name: str,
         *,
-        log_flush: Callable[[Batch], None],
+        flush: Callable[[Batch], None],
         after_call: Callable[[], None],
         pipeline: Callable[[list, Batch], list] | None = None,
         transaction_of: Callable[[Batch], contextlib.AbstractContextManager] | None = None,
@@ -132,14 +137,16 @@ class Writer(concurrent.futures.Executor):
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._log_flush = log_flush
+        self._flush = flush
         self._after_call = after_call
         self.batches = 0
         self.jobs = 0
 
     # --- the callers' side ---------------------------------------------------------------------
     def run(self, job: Job) -> asyncio.Future:
-        """Queue a job; await the answer."""
+        """From an event loop: queue a job; await the answer."""
+        job.loop = asyncio.get_running_loop()
+        job.future = job.loop.create_future()
         self._put(job)
         return job.future
 
@@ -222,7 +229,7 @@ class Writer(concurrent.futures.Executor):
                 ordered = self._pipeline(ordered, batch)
             for job in ordered:
                 self._execute(job, batch)
-            self._log_flush(batch)
+            self._flush(batch)
 
     def _unavailable(self, jobs: list[Job]) -> None:
         """The database was out of reach, or the connection broke (it restarted): the
@@ -252,7 +259,7 @@ class Writer(concurrent.futures.Executor):
                 batch = Batch(timezone.now())
                 with self._transaction(batch):
                     self._execute(job, batch)
-                    self._log_flush(batch)
+                    self._flush(batch)
             except Exception as exc:
                 log.warning("a %s failed", type(job).__name__, exc_info=True)
                 job.error = exc

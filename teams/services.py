@@ -1,10 +1,14 @@
 """Writes to the roster and the task board.
 
 Every function here is a service: keyword-only arguments, one transaction,
-a ``TeamError`` for every refusal. Delivery is not this module's business;
-``mailbox`` builds on it.
+a ``TeamError`` for every refusal. A change to the roster (a teammate spawned) or
+to the board (a task created or updated) is recorded in the team's log in the
+same transaction, by the recorder the mailbox hands this module when its app is
+ready (the Lead log, mailbox/lead_log.py). Delivery is not this module's
+business; ``mailbox`` builds on it.
 """
 from collections.abc import Iterable
+from typing import Protocol
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -27,6 +31,31 @@ from teams.models import (
 from teams.tokens import HOST_PREFIX, MEMBER_PREFIX, token_hash, token_new
 
 import re
+
+
+class Recorder(Protocol):
+    """Writes a roster or board change into the team's log, in the caller's transaction."""
+
+    def member_logged(self, *, team_id: int, data: dict, status: str | None = None) -> None: ...
+
+    def task_logged(self, *, team_id: int, data: dict) -> None: ...
+
+
+_recorder: Recorder | None = None
+
+
+def records_to(recorder: Recorder) -> None:
+    """Who records the roster's and the board's changes (mailbox/apps.py: the Lead log)."""
+    global _recorder
+    _recorder = recorder
+
+
+def _task_recorded(*, member: Member, task: Task, action: str) -> None:
+    if _recorder is not None:
+        _recorder.task_logged(
+            team_id=member.team_id,
+            data={"task": task.public_id, "action": action, "by": member.name, "revision": task.revision},
+        )
 
 
 # --- teams and members ---------------------------------------------------------
@@ -84,7 +113,7 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
                 ErrorCode.TEAM_ROSTER_FULL,
                 f"The team already has {settings.STEERBOARD['MAX_MEMBERS_PER_TEAM']} members, the most it may have.",
             )
-        return Member.objects.create(
+        member = Member.objects.create(
             team=team,
             name=name,
             role=Role.TEAMMATE,
@@ -93,6 +122,11 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
             context=context,
             phase=Phase.PROVISIONING,
         )
+        if _recorder is not None:
+            _recorder.member_logged(
+                team_id=team.pk, data={"member": member.name, "spawned_by": lead.name}, status=member.status
+            )
+        return member
 
 
 def member_session_set(*, member_id: int, state: str, channel: str) -> tuple[Member, str]:
@@ -180,6 +214,7 @@ def task_create(
         team.next_task_number += 1
         team.save(update_fields=["next_task_number"])
         task.blocked_by.set(blockers)
+        _task_recorded(member=member, task=task, action="create")
     return task
 
 
@@ -329,4 +364,5 @@ def task_update(
 
         task.revision += 1
         task.save()
+        _task_recorded(member=member, task=task, action=action)
     return task

@@ -6,7 +6,6 @@
   session gets the same delivered guarantee as a connected one.
 - ``GET /api/v1/tools/policy``: the team policy for members' instructions.
 """
-import json
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
@@ -78,29 +77,13 @@ async def session_entries(request):
             entries = _entries.validate_python(raw)
         except ValidationError as exc:
             raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
-        admitted, refusal = _quota_admitted(member=member, entries=entries)
-        acks = await to_db_thread(inbox_service.entries_ack)(member=member, entries=admitted) if admitted else []
-        if refusal is not None:
-            refusal.extra["acks"] = acks  # the entries before the refused one are stored
-            raise refusal
+        acks = await inbox_service.entries_ack(member=member, entries=entries)
     except TeamError as exc:
         response = error_json(exc)
         if "retry_after" in exc.extra:
             response["Retry-After"] = quota.retry_after_header(exc.extra["retry_after"])
         return response
     return JsonResponse({"acks": acks})
-
-
-def _quota_admitted(*, member, entries: list[wire.Entry]) -> tuple[list[wire.Entry], TeamError | None]:
-    """The entries the member's history quota admits, in order, up to the first it refuses
-    (mailbox/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
-    for index, entry in enumerate(entries):
-        try:
-            quota.entry_charge(member_id=member.pk, size=len(json.dumps(entry.as_stored())))
-        except TeamError as exc:
-            exc.extra["entry_id"] = entry.id
-            return entries[:index], exc
-    return entries, None
 
 
 @csrf_exempt

@@ -1,7 +1,7 @@
 """delegation/tasks.py and credentials.py on the real database: an A2A task's state is
 read from its prompt and the member's history, and only the right callers get in."""
 import json
-from mailbox import sessions
+from mailbox import hot_path, sessions
 from mailbox.models import HumanPrompt, PromptState
 
 import pytest
@@ -31,7 +31,7 @@ def crew():
 
 
 def report(worker, **entry):
-    sessions.session_entry(member=worker, entry=entry)
+    hot_path.entry_record(member=worker, entry=entry)
 
 
 def read(task: DelegatedTask):

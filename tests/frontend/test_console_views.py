@@ -9,7 +9,8 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import delivery, queue_adapter
+from mailbox import hot_path, queue_adapter
+from tests.support.sends import message_send
 from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
 from teams.models import Member, Phase
@@ -40,7 +41,7 @@ def _event_rows(html: str) -> dict[str, str]:
 
 def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
     team, lead, coder = _team()
-    message, _ = delivery.message_send(sender=lead, target_name="coder", content="parse **it**")
+    message, _ = message_send(sender=lead, target_name="coder", content="parse **it**")
     # The queued record two minutes back: its row reads "2 min ago", the exact time on hover.
     queued_at = timezone.now() - timedelta(seconds=125)
     LeadLogRecord.objects.filter(message_id=message.id, kind=LogKind.MESSAGE_QUEUED).update(created_at=queued_at)
@@ -66,8 +67,8 @@ def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
     assert float(since) == pytest.approx(125, abs=1)
 
     # Delivered: the entry that carries it has an age too, never a raw ISO time.
-    delivery.entry_record(member=coder, entry={"id": "t1", "kind": "turn_start", "turn_id": "turn-1"})
-    delivery.entry_record(member=coder, entry={
+    hot_path.entry_record(member=coder, entry={"id": "t1", "kind": "turn_start", "turn_id": "turn-1"})
+    hot_path.entry_record(member=coder, entry={
         "id": "m1", "kind": "user_message", "text": "parse it",
         "source": {"kind": "team-message", "message_id": message.id, "sender": "lead"},
     })
@@ -85,8 +86,8 @@ def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
 
 def test_the_team_messages_page_takes_the_filters_from_its_url(client):
     team, lead, coder = _team()
-    delivery.message_send(sender=lead, target_name="coder", content="alpha beta")
-    delivery.message_send(sender=lead, target_name="coder", content="gamma")
+    message_send(sender=lead, target_name="coder", content="alpha beta")
+    message_send(sender=lead, target_name="coder", content="gamma")
     _viewer(client)
     page = client.get("/teams/alpha/messages/?state=queued&sender=lead&q=BETA")
     assert page.status_code == 200
@@ -105,8 +106,8 @@ def test_the_team_messages_page_takes_the_filters_from_its_url(client):
 def test_needs_attention_lists_stuck_messages_failed_members_and_the_team_list_counts_them(client, settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
     team, lead, coder = _team()
-    fresh, _ = delivery.message_send(sender=lead, target_name="coder", content="just sent")
-    stuck, _ = delivery.message_send(sender=lead, target_name="coder", content="waiting")
+    fresh, _ = message_send(sender=lead, target_name="coder", content="just sent")
+    stuck, _ = message_send(sender=lead, target_name="coder", content="waiting")
     TeamMessage.objects.filter(pk=stuck.pk).update(queued_at=timezone.now() - timedelta(seconds=60))
     found = attention.team_attention(team=team)
     by_kind = {(i["kind"], i.get("message_id") or i["member"]) for i in found["items"]}

@@ -12,8 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from frontend import selectors
-from mailbox import delivery, queue_adapter
-from mailbox.models import HistoryEntry
+from mailbox import hot_path, queue_adapter
+from mailbox.models import HistoryEntry, MessageKind
 from teams import services as team_services
 
 pytestmark = pytest.mark.django_db
@@ -32,16 +32,16 @@ def _entries_of(snapshot, member):
 
 
 def _record(member, entry_id, kind, **fields):
-    delivery.entry_record(member=member, entry={"id": entry_id, "kind": kind, **fields})
+    hot_path.entry_record(member=member, entry={"id": entry_id, "kind": kind, **fields})
 
 
 def test_sender_and_author_come_from_the_servers_records_not_the_agents_claims(client):
     team, lead, impl, reviewer = _team()
     alice = User.objects.create_user("alice", password="pw")
     User.objects.create_user("mallory", password="pw")
-    spawn = delivery.spawn_prompt_enqueue(lead=lead, teammate=impl, prompt="Build the parser.")
-    steer = delivery.message_enqueue(sender=reviewer, target_name="implementer", content="Found a bug.")
-    elsewhere = delivery.message_enqueue(sender=lead, target_name="reviewer", content="Not for implementer.")
+    spawn = hot_path.message_store(sender=lead, target_name=impl.name, content="Build the parser.", kind=MessageKind.SPAWN_PROMPT)
+    steer = hot_path.message_store(sender=reviewer, target_name="implementer", content="Found a bug.")
+    elsewhere = hot_path.message_store(sender=lead, target_name="reviewer", content="Not for implementer.")
     prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="implementer", author=alice, content="Status?")
     other_prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content="Hi")
 
@@ -86,7 +86,7 @@ def test_sources_are_read_in_bulk_not_per_entry():
         team, lead, impl, reviewer = _team(name)
         alice = User.objects.create_user(f"alice-{name}", password="pw")
         for i in range(n):
-            message = delivery.message_enqueue(sender=reviewer, target_name="implementer", content=f"m{i}")
+            message = hot_path.message_store(sender=reviewer, target_name="implementer", content=f"m{i}")
             _record(impl, f"m{i}", "user_message", text="m", source={"kind": "team-message", "message_id": message.id})
             prompt = queue_adapter.prompt_submit(team_id=team.pk, target_name="reviewer", author=alice, content=f"p{i}")
             _record(reviewer, f"p{i}", "prompt", prompt_id=prompt.id, text="p")

@@ -257,10 +257,10 @@ def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only
     between showed one message both as queued (or accepted) and as delivered."""
     import threading
 
-    from mailbox import delivery
+    from mailbox import hot_path
 
     team, lead, impl = _team("moment")
-    sent = delivery.message_enqueue(sender=lead, target_name="implementer", content="hello")
+    sent = hot_path.message_store(sender=lead, target_name="implementer", content="hello")
     entry = {"id": "e1", "kind": "user_message", "source": {"kind": "team-message", "message_id": sent.id}}
     delivered_meanwhile = []
 
@@ -276,7 +276,7 @@ def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only
 
     def deliver():
         try:
-            delivery.entry_record(member=impl, entry=entry)
+            hot_path.entry_record(member=impl, entry=entry)
             delivered_meanwhile[0] = TeamMessage.objects.get(pk=sent.id).state
         finally:
             connection.close()

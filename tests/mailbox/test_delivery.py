@@ -6,6 +6,7 @@ from channels.db import database_sync_to_async
 from django.db import connection
 
 from mailbox import delivery
+from tests.support.sends import message_send
 from mailbox.models import HistoryEntry, LeadLogRecord, MessageState, TeamMessage
 from teams.models import SessionState
 from teams.services import member_session_set, member_spawn, team_create
@@ -219,7 +220,7 @@ def test_concurrent_senders_to_one_target_get_dense_seqs_and_admission_in_seq_or
     def sender(member, count):
         try:
             for i in range(count):
-                delivery.message_send(sender=member, target_name="worker", content=f"{member.name} {i}")
+                message_send(sender=member, target_name="worker", content=f"{member.name} {i}")
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:

@@ -8,7 +8,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from mailbox import delivery
+from mailbox import hot_path
+from tests.support.sends import message_send
 from mailbox.models import HistoryEntry, MessageState, TeamMessage
 from teams.services import member_spawn, team_create
 
@@ -34,7 +35,7 @@ def deliver(member, message) -> None:
         "text": message.content,
         "source": {"kind": "team-message", "message_id": message.id},
     }
-    delivery.entry_record(member=member, entry=entry)
+    hot_path.entry_record(member=member, entry=entry)
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def team():
 
 
 def send(lead, target, text):
-    message, _ = delivery.message_send(sender=lead, target_name=target.name, content=text)
+    message, _ = message_send(sender=lead, target_name=target.name, content=text)
     return message
 
 

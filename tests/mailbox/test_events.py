@@ -14,7 +14,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from mailbox import delivery, events, recovery
+from mailbox import events, recovery
+from tests.support.sends import message_send
 from mailbox.models import TeamMessage
 from teams.models import SessionState
 from teams.services import member_session_set, member_spawn, team_create
@@ -113,7 +114,7 @@ async def test_ringing_sessions_again_pushes_their_undelivered_messages_again_in
         team, lead, _, _ = team_create(name="events")
         worker = member_spawn(lead=lead, name="worker", description="d", prompt="")
         member_session_set(member_id=worker.pk, state=SessionState.RUNNING, channel=channel)
-        sent = [delivery.message_send(sender=lead, target_name="worker", content=t)[0] for t in ("one", "two")]
+        sent = [message_send(sender=lead, target_name="worker", content=t)[0] for t in ("one", "two")]
         return [m.id for m in sent]
 
     sent = await sync_to_async(setup)()

@@ -1,9 +1,10 @@
-"""mailbox/hot_path.py (SendJob, EntryJob) and mailbox/writer.py's group commit.
+"""mailbox/hot_path.py (SendJob, EntryJob, EntriesJob) and mailbox/writer.py's group commit.
 
-The raw SQL must leave the same rows as the ORM reference (message_send +
-target_admit, entry_record + message_mark_delivered); the writer must commit
-what waits together, answer each caller after its own commit, and never fail
-a job for its neighbour's fault.
+A send or an entry is stored by these jobs only, whether the writer runs them (the
+transports) or the caller's thread does (a spawn prompt, recovery, management commands):
+both must leave the same rows; a keyed send must leave what an unkeyed one leaves, plus a
+key that replays its answer. The writer must commit what waits together, answer each
+caller after its own commit, and never fail a job for its neighbour's fault.
 """
 import asyncio
 import threading
@@ -11,17 +12,18 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import db, delivery, events, hot_path, recovery
-from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from mailbox import db, events, hot_path, idempotency, recovery, wire
+from mailbox.models import HistoryEntry, IdempotencyRecord, LeadLogRecord, TeamMessage
 from mailbox.writer import Job
+from teams import schemas
 from teams.errors import TeamError
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-MESSAGE_FIELDS = ["team_id", "sender_id", "target_id", "content", "seq", "thread_id", "reply_to", "state", "attempts",
-                  "last_error"]
+MESSAGE_FIELDS = ["team_id", "sender_id", "target_id", "content", "seq", "thread_id", "reply_to", "kind", "state",
+                  "attempts", "last_error"]
 
 
 @database_sync_to_async
@@ -42,14 +44,13 @@ def log_of(message_id: str) -> list[tuple[str, dict]]:
 
 
 @database_sync_to_async
-def orm_send(sender: Member, target: str, content: str) -> str:
-    message, _ = delivery.message_send(sender=sender, target_name=target, content=content)
-    return message.id
+def sync_send(sender: Member, target: str, content: str) -> str:
+    return hot_path.message_send_now(sender=sender, target_name=target, content=content)["message_id"]
 
 
 @database_sync_to_async
-def orm_entry(target: Member, entry: dict) -> bool:
-    return delivery.entry_record(member=target, entry=entry)[1]
+def sync_entry(target: Member, entry: dict) -> bool:
+    return hot_path.entry_record(member=target, entry=entry)
 
 
 def entry_for(message_id: str, entry_id: str) -> dict:
@@ -57,52 +58,152 @@ def entry_for(message_id: str, entry_id: str) -> dict:
             "source": {"kind": "team-message", "message_id": message_id}}
 
 
-async def test_the_hot_path_leaves_the_rows_the_orm_reference_leaves(api):
+def submit(target: Member, entry: dict):
+    return hot_path.entry_submit(member=target, entry=wire.Entry.model_validate(entry))
+
+
+def keyed(target: str, message: str, key: str) -> dict:
+    args = schemas.SendMessageArgs(target=target, message=message, idempotency_key=key)
+    return {"key": key, "fingerprint": idempotency.fingerprint(args)}
+
+
+async def same_rows(first: str, second: str, *, seq_apart: int = 1) -> None:
+    """Two messages to one target, ``seq_apart`` apart, left the same rows and records."""
+    a, b = await row(first), await row(second)
+    assert a.pop("seq") + seq_apart == b.pop("seq")
+    assert a == b
+    assert [k for k, _ in await log_of(first)] == [k for k, _ in await log_of(second)]
+    assert [{**d, "seq": 0} for _, d in await log_of(first)] == [{**d, "seq": 0} for _, d in await log_of(second)]
+
+
+async def test_the_writer_and_the_callers_thread_leave_the_same_rows(api):
     team = await team_new()
     agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
     await agent.connect("idle")
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
 
-    reference = await orm_send(lead, "implementer", "the same words")
-    fast = (await hot_path.message_send_fast(sender=lead, target_name="implementer", content="the same words"))
+    reference = await sync_send(lead, "implementer", "the same words")
+    fast = await hot_path.message_send(sender=lead, target_name="implementer", content="the same words")
     assert fast["status"] == "accepted"
-    first, second = await row(reference), await row(fast["message_id"])
-    assert first.pop("seq") + 1 == second.pop("seq")
-    assert first == second
-    assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
-    assert [d for _, d in await log_of(reference)] == [
-        {**d, "seq": d["seq"] - 1} for _, d in await log_of(fast["message_id"])]
+    await same_rows(reference, fast["message_id"])
 
-    assert await orm_entry(target, entry_for(reference, "e-ref")) is True
-    assert await hot_path.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is True
-    first, second = await row(reference), await row(fast["message_id"])
-    first.pop("seq"), second.pop("seq")
-    assert first == second == first | {"state": "delivered", "delivered": True}
-    assert [k for k, _ in await log_of(reference)] == [k for k, _ in await log_of(fast["message_id"])]
-    # A repeat folds on both paths, and nothing is marked twice.
-    assert await orm_entry(target, entry_for(reference, "e-ref")) is False
-    assert await hot_path.entry_record_submit(member=target, entry=entry_for(fast["message_id"], "e-fast")) is False
+    assert await sync_entry(target, entry_for(reference, "e-ref")) is True
+    assert await submit(target, entry_for(fast["message_id"], "e-fast")) is True
+    await same_rows(reference, fast["message_id"])
+    assert (await row(reference))["state"] == "delivered"
+    # A repeat folds on both, and nothing is marked twice.
+    assert await sync_entry(target, entry_for(reference, "e-ref")) is False
+    assert await submit(target, entry_for(fast["message_id"], "e-fast")) is False
     assert len(await log_of(fast["message_id"])) == 3
     await agent.close()
 
 
-async def test_the_hot_path_refuses_as_the_orm_does(api):
+async def test_a_keyed_send_leaves_what_an_unkeyed_one_leaves_and_its_key_replays_the_answer(api):
+    team = await team_new()
+    agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
+    await agent.connect("idle")
+    lead = await member("alpha", "lead")
+
+    plain = await hot_path.message_send(sender=lead, target_name="implementer", content="the same words")
+    first = await hot_path.message_send(
+        sender=lead, target_name="implementer", content="the same words", **keyed("implementer", "the same words", "k1"))
+    await same_rows(plain["message_id"], first["message_id"])
+    assert first["idempotent_replay"] is False and first["status"] == "accepted"
+    stored = await database_sync_to_async(lambda: IdempotencyRecord.objects.get(key="k1").result)()
+    assert stored == first  # the key keeps the whole answer, written in the send's commit
+
+    again = await hot_path.message_send(
+        sender=lead, target_name="implementer", content="the same words", **keyed("implementer", "the same words", "k1"))
+    assert again == {**first, "idempotent_replay": True}  # the first answer, delivery observation included
+    with pytest.raises(TeamError) as refused:
+        await hot_path.message_send(
+            sender=lead, target_name="implementer", content="other words", **keyed("implementer", "other words", "k1"))
+    assert refused.value.code == "IDEMPOTENCY_KEY_CONFLICT" and refused.value.extra == {"persisted": False}
+    count = database_sync_to_async(lambda: TeamMessage.objects.filter(sender=lead).count())
+    assert await count() == 2  # the replay and the conflict stored nothing
+    await agent.close()
+
+
+async def test_a_keyed_send_admitted_after_its_commit_keeps_the_answer_admission_gave(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")  # no session, no host: the message waits
+    lead = await member("alpha", "lead")
+    first = await hot_path.message_send(
+        sender=lead, target_name="implementer", content="wait for me", **keyed("implementer", "wait for me", "k2"))
+    assert first["status"] == "queued" and first["delivery"]["host_connected"] is False
+    again = await hot_path.message_send(
+        sender=lead, target_name="implementer", content="wait for me", **keyed("implementer", "wait for me", "k2"))
+    assert again == {**first, "idempotent_replay": True}
+
+
+async def test_a_refused_keyed_send_does_not_use_its_key_up(api, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_PENDING_PER_TARGET": 1}
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead = await member("alpha", "lead")
+    await hot_path.message_send(sender=lead, target_name="implementer", content="fills the mailbox")
+    with pytest.raises(TeamError) as refused:
+        await hot_path.message_send(sender=lead, target_name="implementer", content="x", **keyed("implementer", "x", "k3"))
+    assert refused.value.code == "TEAM_MAILBOX_FULL"
+    assert not await database_sync_to_async(IdempotencyRecord.objects.filter(key="k3").exists)()
+
+
+async def test_one_key_sent_twice_in_one_batch_stores_one_message(api):
+    team = await team_new()
+    agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
+    await agent.connect("idle")
+    lead = await member("alpha", "lead")
+    jobs = [hot_path.SendJob(sender=lead, target_name="implementer", content="once", **keyed("implementer", "once", "k4"))
+            for _ in range(2)]
+    results, batches = await _while_the_writer_is_held(jobs)
+    assert batches == 1 and results == [None, None]
+    assert jobs[0].replayed is None and jobs[1].replayed is not None
+    assert jobs[1].replayed["message_id"] == jobs[0].message_id
+    assert await database_sync_to_async(lambda: TeamMessage.objects.filter(content="once").count())() == 1
+    await agent.close()
+
+
+async def test_an_expired_key_is_used_again(api, settings):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead = await member("alpha", "lead")
+    first = await hot_path.message_send(sender=lead, target_name="implementer", content="a", **keyed("implementer", "a", "k5"))
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    await database_sync_to_async(lambda: IdempotencyRecord.objects.filter(key="k5").update(
+        created_at=timezone.now() - idempotency.window() - timedelta(seconds=1)))()
+    fresh = await hot_path.message_send(sender=lead, target_name="implementer", content="b", **keyed("implementer", "b", "k5"))
+    assert fresh["idempotent_replay"] is False and fresh["message_id"] != first["message_id"]
+
+
+async def test_the_send_and_entry_jobs_refuse_with_the_delivery_state_machines_words(api):
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "implementer")
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
     for name, code in [("nobody", "TEAM_UNKNOWN_TARGET"), ("lead", "TEAM_SELF_MESSAGE")]:
         with pytest.raises(TeamError) as refused:
-            await hot_path.message_send_fast(sender=lead, target_name=name, content="x")
+            await hot_path.message_send(sender=lead, target_name=name, content="x")
         assert refused.value.code == code and refused.value.extra == {"persisted": False}
     with pytest.raises(TeamError) as refused:
-        await hot_path.message_send_fast(sender=lead, target_name="implementer", content="x", reply_to="team-message-x")
+        await hot_path.message_send(sender=lead, target_name="implementer", content="x", reply_to="team-message-x")
     assert refused.value.code == "NOT_FOUND"
     # An entry for a message that was never addressed to this member stores nothing.
-    other = (await hot_path.message_send_fast(sender=target, target_name="lead", content="to the lead"))["message_id"]
+    other = (await hot_path.message_send(sender=target, target_name="lead", content="to the lead"))["message_id"]
     with pytest.raises(TeamError) as refused:
-        await hot_path.entry_record_submit(member=target, entry=entry_for(other, "stolen"))
+        await submit(target, entry_for(other, "stolen"))
     assert refused.value.code == "NOT_FOUND"
     assert not await database_sync_to_async(HistoryEntry.objects.filter(entry_id="stolen").exists)()
+    # Several entries stop at the first refused one; those before it stay stored.
+    acks, refusal = await hot_path.entries_submit(member=target, entries=[
+        wire.Entry.model_validate({"id": "fine", "kind": "assistant_text", "text": "t"}),
+        wire.Entry.model_validate(entry_for(other, "stolen-again")),
+        wire.Entry.model_validate({"id": "after", "kind": "assistant_text", "text": "t"}),
+    ])
+    assert acks == [{"entry_id": "fine", "folded": False}] and refusal.code == "NOT_FOUND"
+    stored = await database_sync_to_async(lambda: set(HistoryEntry.objects.values_list("entry_id", flat=True)))()
+    assert "fine" in stored and not {"stolen-again", "after"} & stored
 
 
 async def test_a_full_mailbox_is_refused_with_its_count(api, settings):
@@ -111,9 +212,9 @@ async def test_a_full_mailbox_is_refused_with_its_count(api, settings):
     await spawn(api, team["lead"], "alpha", "implementer")
     lead = await member("alpha", "lead")
     for i in range(2):
-        await hot_path.message_send_fast(sender=lead, target_name="implementer", content=f"m{i}")
+        await hot_path.message_send(sender=lead, target_name="implementer", content=f"m{i}")
     with pytest.raises(TeamError) as refused:
-        await hot_path.message_send_fast(sender=lead, target_name="implementer", content="one too many")
+        await hot_path.message_send(sender=lead, target_name="implementer", content="one too many")
     assert refused.value.code == "TEAM_MAILBOX_FULL" and "already has 2" in refused.value.message
 
 
@@ -122,7 +223,7 @@ async def test_a_group_committed_batch_leaves_the_rows_single_jobs_leave(api):
     agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
     await agent.connect("running")
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
-    single = (await hot_path.message_send_fast(sender=lead, target_name="implementer", content="w"))["message_id"]
+    single = (await hot_path.message_send(sender=lead, target_name="implementer", content="w"))["message_id"]
     batch = [hot_path.SendJob(sender=lead, target_name="implementer", content="w") for _ in range(3)]
     results, batches = await _while_the_writer_is_held(batch)
     assert batches == 1 and all(r is None for r in results)
@@ -134,10 +235,10 @@ async def test_a_group_committed_batch_leaves_the_rows_single_jobs_leave(api):
         assert got == expected
         assert [(k, {**d, "seq": 0}) for k, d in await log_of(job.message_id)] == [
             (k, {**d, "seq": 0}) for k, d in await log_of(single)]
-    entries = [hot_path.EntryJob(member=target, entry=entry_for(m, f"e-{i}"))
+    entries = [hot_path.EntryJob(member=target, entry=wire.Entry.model_validate(entry_for(m, f"e-{i}")))
                for i, m in enumerate([single] + [job.message_id for job in batch])]
     results, batches = await _while_the_writer_is_held(entries + [
-        hot_path.EntryJob(member=target, entry=entry_for(single, "e-0"))])
+        hot_path.EntryJob(member=target, entry=wire.Entry.model_validate(entry_for(single, "e-0")))])
     assert batches == 1 and results == [True, True, True, True, False]
     for m in [single] + [job.message_id for job in batch]:
         assert (await row(m))["state"] == "delivered"

@@ -1,14 +1,15 @@
-"""The Lead log's message records (mailbox/lead_log_records.py) hold exactly the fields it
-defines for their kind, whichever path wrote them: the hot path (mailbox/hot_path.py: SQLite's
-batch INSERT, PostgreSQL's WITH clauses) and the ORM path (mailbox/delivery.py through
-mailbox/lead_log.py). A shape that drifts on one path fails here."""
+"""The Lead log's message records (mailbox/lead_log.py) hold exactly the fields it
+defines for their kind, whichever path wrote them: the send and deliver jobs
+(mailbox/hot_path.py: SQLite's batch INSERT, PostgreSQL's WITH clauses) and admission,
+retries and recovery (mailbox/delivery.py through mailbox/lead_log.py). A shape that
+drifts on one path fails here."""
 import inspect
 
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import delivery, faults, hot_path, lead_log
-from mailbox.lead_log_records import (
+from mailbox import delivery, faults, hot_path, lead_log, wire
+from mailbox.lead_log import (
     MESSAGE_FIELDS,
     accepted_record,
     delivered_record,
@@ -20,6 +21,7 @@ from mailbox.lead_log_records import (
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from tests.mailbox.test_hot_path import entry_for, member
 from tests.support.inproc import Agent, spawn, team_new
+from tests.support.sends import message_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,10 +75,10 @@ async def test_a_send_and_its_delivery_on_the_hot_path_write_the_records_the_lea
     await spawn(api, team["lead"], "alpha", "reviewer")  # no session: the send is only queued
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
 
-    pushed = await hot_path.message_send_fast(sender=lead, target_name="implementer", content="admitted at once")
+    pushed = await hot_path.message_send(sender=lead, target_name="implementer", content="admitted at once")
     assert pushed["status"] == "accepted"
     mid = pushed["message_id"]
-    assert await hot_path.entry_record_submit(member=target, entry=entry_for(mid, "e-1")) is True
+    assert await hot_path.entry_submit(member=target, entry=wire.Entry.model_validate(entry_for(mid, "e-1"))) is True
     seq = await seq_of(mid)
     assert await records_of(mid) == [
         (LogKind.MESSAGE_QUEUED, queued_record(sender="lead", target="implementer", seq=seq)),
@@ -84,7 +86,7 @@ async def test_a_send_and_its_delivery_on_the_hot_path_write_the_records_the_lea
         (LogKind.MESSAGE_DELIVERED, delivered_record(target="implementer", seq=seq)),
     ]
 
-    waiting = await hot_path.message_send_fast(sender=lead, target_name="reviewer", content="only queued")
+    waiting = await hot_path.message_send(sender=lead, target_name="reviewer", content="only queued")
     written = await records_of(waiting["message_id"])
     assert written[0] == (
         LogKind.MESSAGE_QUEUED, queued_record(sender="lead", target="reviewer", seq=await seq_of(waiting["message_id"]))
@@ -93,16 +95,16 @@ async def test_a_send_and_its_delivery_on_the_hot_path_write_the_records_the_lea
     await agent.close()
 
 
-async def test_every_record_of_the_orm_path_has_the_fields_the_lead_log_defines(api):
+async def test_every_record_of_admission_and_recovery_has_the_fields_the_lead_log_defines(api):
     team = await team_new()
     agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))
     await agent.connect("running")
     await spawn(api, team["lead"], "alpha", "reviewer")  # no session, no host: admission waits
     lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
-    send = database_sync_to_async(delivery.message_send)
+    send = database_sync_to_async(message_send)
 
     delivered, _ = await send(sender=lead, target_name="implementer", content="pushed and delivered")
-    await database_sync_to_async(delivery.entry_record)(member=target, entry=entry_for(delivered.id, "e-1"))
+    await database_sync_to_async(hot_path.entry_record)(member=target, entry=entry_for(delivered.id, "e-1"))
     faults.arm("admission", times=1)
     failed, _ = await send(sender=lead, target_name="implementer", content="a failed admission")
     waits, _ = await send(sender=lead, target_name="reviewer", content="waits for a host")

@@ -16,6 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from mailbox import delivery, presence, recovery
+from tests.support.sends import message_send
 from mailbox.models import HostPresence, MessageState, ServerProcess, SessionPresence
 from teams.models import Member, SessionState, Status
 from teams.services import member_session_set, member_spawn, team_create
@@ -65,8 +66,8 @@ def test_a_reaped_members_pending_messages_go_to_a_live_host_at_once():
     member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="dead-channel")
     SessionPresence.objects.create(channel="dead-channel", member=worker, process_id=dead)
     # Admitted while the member still looked idle: pushed into a channel nobody reads.
-    message, admission = delivery.message_send(sender=lead, target_name="worker", content="anyone?")
-    assert admission.target_status == Status.IDLE and message.state == MessageState.ACCEPTED
+    message, answer = message_send(sender=lead, target_name="worker", content="anyone?")
+    assert answer["delivery"]["target_status"] == Status.IDLE and message.state == MessageState.ACCEPTED
     presence.host_attached(team_id=team.pk, channel="live-host-channel")
     Member.objects.filter(pk=worker.pk).update(start_requested_at=None)
 

@@ -7,7 +7,8 @@ without a scan, pages that never skip or repeat, and who needs a host."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from mailbox import delivery, queue_adapter, selectors, sessions
+from mailbox import hot_path, queue_adapter, selectors, sessions
+from tests.support.sends import message_send
 from mailbox.models import MessageState
 from teams.errors import ErrorCode, TeamError
 from teams.models import SessionState
@@ -23,7 +24,7 @@ def _team(name="selectors", teammates=("worker",)):
 
 
 def _send(lead, target: str, content: str):
-    return delivery.message_send(sender=lead, target_name=target, content=content)[0]
+    return message_send(sender=lead, target_name=target, content=content)[0]
 
 
 def _one_of_each_state(team, lead, worker):
@@ -32,7 +33,7 @@ def _one_of_each_state(team, lead, worker):
     sessions.session_hello(member_id=worker.pk, state=SessionState.RUNNING, channel="selectors-1")
     entry = {"id": "e-1", "kind": "user_message", "text": "one",
              "source": {"kind": "team-message", "message_id": first.id, "sender": "lead"}}
-    sessions.session_entry(member=worker, entry=entry)
+    hot_path.entry_record(member=worker, entry=entry)
     sessions.session_closed(member_id=worker.pk, channel="selectors-1")
     third = _send(lead, "worker", "three")
     return first, second, third
@@ -117,7 +118,7 @@ def test_who_needs_a_host_a_prompt_waiting_or_a_turn_that_died_midway():
     for member, marks in ((mid_turn, ["turn_start", "turn_end", "turn_start"]), (finished, ["turn_start", "turn_end"])):
         sessions.session_hello(member_id=member.pk, state=SessionState.RUNNING, channel=f"{member.name}-1")
         for i, kind in enumerate(marks):
-            delivery.entry_record(member=member, entry={"id": f"{member.name}-{i}", "kind": kind})
+            hot_path.entry_record(member=member, entry={"id": f"{member.name}-{i}", "kind": kind})
     assert selectors.members_mid_turn(team_id=team.pk) == []  # both have a session
     for member in (mid_turn, finished):
         sessions.session_closed(member_id=member.pk, channel=f"{member.name}-1")

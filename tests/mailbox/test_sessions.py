@@ -11,7 +11,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
-from mailbox import delivery, presence, queue_adapter, sessions
+from mailbox import delivery, hot_path, presence, queue_adapter, sessions
+from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, SessionPresence
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Status
@@ -41,8 +42,8 @@ async def _next(layer, channel: str) -> dict:
 def test_a_hello_records_the_session_and_replays_every_undelivered_message_in_seq_order():
     team, lead, (worker,) = _team()
     # No session and no host: both wait, queued.
-    first, _ = delivery.message_send(sender=lead, target_name="worker", content="one")
-    second, _ = delivery.message_send(sender=lead, target_name="worker", content="two")
+    first, _ = message_send(sender=lead, target_name="worker", content="one")
+    second, _ = message_send(sender=lead, target_name="worker", content="two")
     assert {first.state, second.state} == {MessageState.QUEUED}
 
     replay = sessions.session_hello(member_id=worker.pk, state=SessionState.RUNNING, channel="hello-1")
@@ -105,8 +106,8 @@ async def test_an_idle_session_is_offered_one_prompt_at_a_time_and_idle_again_co
     # The session's history records the prompt: its turn has started.
     worker = await sync_to_async(_member)(worker.pk)
     entry = {"id": "p-1", "kind": "prompt", "prompt_id": first.id, "text": "first question"}
-    assert await sync_to_async(sessions.session_entry)(member=worker, entry=entry) is True
-    assert await sync_to_async(sessions.session_entry)(member=worker, entry=entry) is False  # a repeat folds
+    assert await sync_to_async(hot_path.entry_record)(member=worker, entry=entry) is True
+    assert await sync_to_async(hot_path.entry_record)(member=worker, entry=entry) is False  # a repeat folds
     state = sync_to_async(lambda pk: HumanPrompt.objects.get(pk=pk).state)
     assert await state(first.id) == PromptState.STARTED
     await sync_to_async(sessions.session_status)(member_id=worker.pk, state=SessionState.RUNNING, channel=channel)
@@ -136,7 +137,7 @@ async def test_only_the_lead_interrupts_and_only_a_running_teammate_hears_it():
 
     await sync_to_async(sessions.session_hello)(member_id=worker.pk, state=SessionState.IDLE, channel=channel)
     assert await interrupt(lead=lead, target_name="worker") == Status.IDLE
-    sent, _ = await sync_to_async(delivery.message_send)(sender=lead, target_name="worker", content="after")
+    sent, _ = await sync_to_async(message_send)(sender=lead, target_name="worker", content="after")
     # The first event on the session's channel is the steer sent after: interrupting the
     # idle member sent nothing before it.
     steer = await _next(layer, channel)

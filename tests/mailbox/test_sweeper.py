@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from mailbox import delivery
+from mailbox import delivery, hot_path
 from mailbox.models import LeadLogRecord, MessageState
 from teams.models import Member, SessionState
 from teams.services import member_session_set, member_spawn, team_create
@@ -31,7 +31,7 @@ def test_a_worker_holding_a_target_is_not_waited_for_by_the_sweeper():
     runs after the holder commits. Either way the target is admitted once."""
     team, lead, (worker,) = _team()
     member_session_set(member_id=worker.pk, state=SessionState.IDLE, channel="test-channel-worker")
-    message = delivery.message_enqueue(sender=lead, target_name="worker", content="hello")
+    message = hot_path.message_store(sender=lead, target_name="worker", content="hello")
     holding, release = threading.Event(), threading.Event()
 
     def holder():
