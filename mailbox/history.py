@@ -1,7 +1,7 @@
 """A member's durable history read back: pages of it for a cold-resume, and its turns.
 
-Entries are written by delivery (``delivery.entry_record`` and the hot path's
-EntryJob), folded by (member, entry id). By convention each entry of a turn
+Entries are written by the writer's EntryJob (mailbox/hot_path.py), folded
+by (member, entry id). By convention each entry of a turn
 carries the turn's ``turn_id``; a ``turn_start`` opens a turn and a ``turn_end``
 closes it, and a human prompt's turn opens with the ``prompt`` entry that names
 it. Which turn an entry is in is the one rule of agents/history_turns.py, which

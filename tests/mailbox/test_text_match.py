@@ -6,7 +6,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from mailbox import delivery, selectors, text_match
+from mailbox import selectors, text_match
+from tests.support.sends import message_send
 from teams.services import member_spawn, team_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,7 +32,7 @@ def test_search_folds_every_letters_case_on_this_database():
     team, lead, _, _ = team_create(name="search")
     member_spawn(lead=lead, name="worker", description="d", prompt="")
     for body in BODIES.values():
-        delivery.message_send(sender=lead, target_name="worker", content=body)
+        message_send(sender=lead, target_name="worker", content=body)
     b = BODIES
     assert _search(team, "ÜNÏ") == {b["unicode"]}
     assert _search(team, "ünïcödé") == {b["unicode"]}
@@ -65,7 +66,7 @@ def test_the_search_is_one_statement_in_the_database_on_the_same_walk():
     # filter does not change (on SQLite the same walk as LIKE's).
     team, lead, _, _ = team_create(name="search")
     member_spawn(lead=lead, name="worker", description="d", prompt="")
-    delivery.message_send(sender=lead, target_name="worker", content="ünïcödé")
+    message_send(sender=lead, target_name="worker", content="ünïcödé")
     roster = selectors.roster_of(team=team)
     with CaptureQueriesContext(connection) as queries:
         assert _search(team, "ÜNÏ") == {"ünïcödé"}
