@@ -35,6 +35,34 @@ def _env_limit(name: str, default: int) -> int:
     return int(value)
 
 
+def _env_model_prices(name: str) -> dict[str, dict[str, float]]:
+    """A price table from the environment: JSON, model name -> {"input", "output", "cached"}
+    in US dollars per million tokens ("cached" defaults to "input"); the server refuses to
+    start on anything else."""
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return {}
+    import json
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        table = json.loads(value)
+        prices = {}
+        for model, price in table.items():
+            entry = {k: float(price[k]) for k in ("input", "output")}
+            entry["cached"] = float(price.get("cached", entry["input"]))
+            if not isinstance(model, str) or not model or any(v < 0 for v in entry.values()):
+                raise ValueError(model)
+            prices[model] = entry
+        return prices
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise ImproperlyConfigured(
+            f'{name} is JSON like {{"gpt-4o": {{"input": 2.5, "output": 10, "cached": 1.25}}}} '
+            f"(US dollars per million tokens): {exc!r}"
+        )
+
+
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value not in (None, "") else default
@@ -291,6 +319,12 @@ STEERBOARD = {
     # frames, with bursts up to RATE_LIMIT_BURST, in each server process.
     "RATE_LIMIT_PER_SECOND": _env_limit("STEERBOARD_RATE_LIMIT_PER_SECOND", 50),
     "RATE_LIMIT_BURST": _env_limit("STEERBOARD_RATE_LIMIT_BURST", 300),
+    # The tokens (input + output) a team's models may use in all, unless an operator set the
+    # team's own budget; None: no budget (mailbox/usage.py).
+    "TEAM_TOKEN_BUDGET": _env_limit("STEERBOARD_TEAM_TOKEN_BUDGET", 0) or None,
+    # What a model's tokens cost, per million (docs/operations.md, "Usage and budgets"); a
+    # model not in the table shows its tokens only.
+    "MODEL_PRICES": _env_model_prices("STEERBOARD_MODEL_PRICES"),
     # Websockets one member or host token may hold open at once in each server process.
     "MAX_SOCKETS_PER_TOKEN": _env_limit("STEERBOARD_MAX_SOCKETS_PER_TOKEN", 16),
     # Seconds between recovery sweeps in each server process; 0 turns the

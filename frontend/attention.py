@@ -7,7 +7,9 @@ what can be done:
   (default ``REDELIVER_AFTER``), counted from when it entered that state;
 - ``member``: failed to start, or unreachable: no session, no host connected to
   start it, and work (a message, a prompt) waiting for it past the threshold;
-- ``prompt``: a human prompt still queued after the threshold.
+- ``prompt``: a human prompt still queued after the threshold;
+- ``budget``: the team's token budget is used up (mailbox/usage.py): no new turn starts
+  until an operator raises it. It heads the list.
 
 Reads are bounded: the team's pending messages (at most the mailbox limit per
 target, read through the (state, queued_at) index), its queued prompts, its roster.
@@ -18,7 +20,11 @@ from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from mailbox.models import PENDING_STATES, HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
+from mailbox import usage
+from mailbox.models import (
+    PENDING_STATES, HostPresence, HumanPrompt, LeadLogRecord, LogKind, MemberUsage, MessageState, PromptState,
+    TeamMessage,
+)
 from teams.models import Member, Phase, Status, Team
 from teams.wire_format import iso
 
@@ -119,7 +125,22 @@ def team_attention(*, team: Team) -> dict:
                 "error": "",
             }
         )
-    items.sort(key=lambda i: -i["seconds"])
+    budget = usage.budget_of(team_id=team.pk)
+    if budget.exhausted:
+        # Nothing starts a turn in the team: it heads the list, whatever waits behind it.
+        spent = MemberUsage.objects.filter(member__team=team).order_by("-updated_at").values_list("updated_at", flat=True)
+        since = spent.first() or now
+        items.append(
+            {
+                "kind": "budget",
+                "tokens": budget.tokens,
+                "used": budget.used,
+                "since": iso(since),
+                "seconds": round((now - since).total_seconds(), 1),
+                "error": usage.exhausted_text(budget),
+            }
+        )
+    items.sort(key=lambda i: (i["kind"] != "budget", -i["seconds"]))
     return {
         "threshold": threshold(),
         "count": len(items),
@@ -139,8 +160,8 @@ def _start_failures(*, team: Team) -> dict[str, str]:
 
 
 def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
-    """For the team list: per team, messages stuck past the threshold, prompts waiting past it
-    and failed members (an unreachable member is shown on the team page only: telling it
+    """For the team list: per team, messages stuck past the threshold, prompts waiting past it,
+    failed members and a used-up token budget (an unreachable member is shown on the team page only: telling it
     needs the team's hosts and pending work, more than a list of teams reads)."""
     now = timezone.now()
     stale = now - timedelta(seconds=threshold())
@@ -165,4 +186,6 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     for rows in (failed, prompts):
         for row in rows:
             counts[row["team_id"]] += row["n"]
+    for team_id in usage.teams_exhausted(team_ids=team_ids):
+        counts[team_id] += 1  # the budget item the team page heads its list with
     return counts

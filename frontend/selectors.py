@@ -15,7 +15,7 @@ from django.utils import timezone
 from agents.history_turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
-from mailbox import db
+from mailbox import db, usage
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import COUNTED_STATES, EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from teams import selectors as team_selectors
@@ -152,9 +152,12 @@ def timeline_build(
     turns: list[dict] = []
     current: dict | None = None
     placing = HistoryTurns()  # the one turn rule (agents/history_turns.py)
+    reported: list[tuple[str, dict]] = []  # (turn id, entry data) of the entries that report usage
     for row in rows:
         data = row.data if isinstance(row.data, dict) else {}
         placed = placing.place(row.kind, named_turn(data), row.entry_id)
+        if "usage" in data:
+            reported.append((placed.turn_id, data))
         if placed.opens:  # the first entry always opens one
             current = {
                 "turn_id": placed.turn_id,
@@ -182,9 +185,11 @@ def timeline_build(
             current["prompt_id"] = row.prompt_id
         if row.kind == EntryKind.TURN_END:
             current["ended"] = True
+    used = usage.turn_usage(reported)
     for turn in turns:
         del turn["_last_step"]
         turn["step_count"] = max((s["step"] for s in turn["steps"]), default=0) + 1
+        turn["usage"] = used.get(turn["turn_id"])  # None: its entries reported none
     running = None
     if status == Status.RUNNING and turns and not turns[-1]["ended"]:
         last = turns[-1]
@@ -238,6 +243,7 @@ def _team_snapshot(*, team: Team) -> dict:
         .order_by("created_at")[:PROMPT_WINDOW]
     )
     roster = list(team_selectors.member_list(team_id=team.pk))
+    per_member = usage.team_usage(team_id=team.pk)
     histories = {}
     for member in roster:
         rows = list(HistoryEntry.objects.filter(member=member).order_by("-id")[:HISTORY_WINDOW])
@@ -256,6 +262,7 @@ def _team_snapshot(*, team: Team) -> dict:
                 **team_selectors.member_out(member),
                 "status_changed_at": iso(member.status_changed_at),
                 "counts": counts.get(member.pk, {str(state): 0 for state in MessageState}),
+                "usage": per_member.get(member.pk, usage.usage_out([])),
                 "messages": messages,
                 "latency": latency,
                 "current_turn": current_turn,
@@ -271,6 +278,8 @@ def _team_snapshot(*, team: Team) -> dict:
         "attention": attention.team_attention(team=team),
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
+        "usage": usage.usage_total(per_member),
+        "budget": usage.budget_of(team_id=team.pk).out(),
         "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
         "tasks_more": next_cursor is not None,
     }

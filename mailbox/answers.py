@@ -11,6 +11,7 @@ from django.utils import timezone
 from mailbox import hosts
 from mailbox.delivery import Admission
 from mailbox.models import MessageState, TeamMessage
+from teams.errors import ErrorCode
 from teams.models import Status
 from teams.wire_format import iso
 
@@ -54,14 +55,20 @@ def delivery_observation(*, team_id: int, target_name: str, state: str, admissio
         state=state,
         has_host=has_host,
         error=admission.error,
+        code=admission.code,
     )
 
 
-def observation(*, target: str, status: str, state: str, has_host: bool, error: str = "") -> dict:
+def observation(*, target: str, status: str, state: str, has_host: bool, error: str = "", code: str = "") -> dict:
+    """``code``: why the message waits, when a sender should know it (TEAM_BUDGET_EXHAUSTED);
+    the observation then carries it as ``code``."""
     warnings: list[str] = []
     waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
     if state == MessageState.DELIVERED:
         expected = f"{target} already has the message in its history."
+    elif code == ErrorCode.TEAM_BUDGET_EXHAUSTED:
+        expected = "The message waits in the durable mailbox until an operator raises the team's token budget."
+        warnings.append(error)
     elif waiting and not has_host:
         expected = f"The message waits in the durable mailbox until {target}'s session connects."
         warnings.append(
@@ -86,10 +93,13 @@ def observation(*, target: str, status: str, state: str, has_host: bool, error: 
             warnings.append(f"{target}'s last session start failed; the host was asked again.")
     else:
         expected = "The message stays queued for recovery."
-    return {
+    out = {
         "target_status": str(status),
         "observed_at": iso(timezone.now()),
         "host_connected": bool(has_host),
         "expected": expected,
         "warnings": warnings,
     }
+    if code:
+        out["code"] = str(code)
+    return out

@@ -56,7 +56,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from mailbox import events, faults, hosts, lead_log, selectors, wire
+from mailbox import events, faults, hosts, lead_log, selectors, usage, wire
 from mailbox.lead_log import accepted_record, failed_record, retried_record
 from mailbox.models import PENDING_STATES, LogKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
@@ -147,6 +147,8 @@ class Admission:
     # Looked up only for a target without a session (None: not looked up); the
     # sender's answer asks when it needs to (delivery_observation).
     host_connected: bool | None = None
+    # Why it waits, as a code, when a sender should know it (TEAM_BUDGET_EXHAUSTED).
+    code: str = ""
 
 
 def target_admit(
@@ -186,7 +188,9 @@ def target_admit(
             if not isinstance(exc, faults.TemporaryDeliveryError):
                 log.warning("admission to %s failed", target, exc_info=True)
             _admission_failed(target=target, pending=pending, error=error, waiting=isinstance(exc, TargetWaiting))
-            return Admission(target_status=status, admitted=[], error=error, host_connected=has_host)
+            return Admission(
+                target_status=status, admitted=[], error=error, host_connected=has_host, code=getattr(exc, "code", "")
+            )
         faults.crash_point("after_admission")
         now = timezone.now()
         queued_ids = [m.id for m in pending if m.state == MessageState.QUEUED]
@@ -259,6 +263,8 @@ def _admission_attempt(
     *, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage], push: bool = True
 ) -> None:
     faults.inject("inspection")
+    if status != Status.RETIRED and (refusal := usage.budget_refusal(team_id=target.team_id)):
+        raise BudgetExhausted(refusal)
     if status in (Status.RUNNING, Status.IDLE):
         faults.inject("admission")
         for message in pending if push else ():
@@ -278,6 +284,14 @@ def _admission_attempt(
 
 class TargetWaiting(faults.TemporaryDeliveryError):
     """Admission found nothing it could do: the target has no session and no host, or is retired."""
+
+    code = ""
+
+
+class BudgetExhausted(TargetWaiting):
+    """The team's token budget is used up: nothing may start a turn there (mailbox/usage.py)."""
+
+    code = ErrorCode.TEAM_BUDGET_EXHAUSTED
 
 
 def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str, waiting: bool = False) -> None:

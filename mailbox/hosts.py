@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import auth, events, faults
+from mailbox import auth, events, faults, usage
 from mailbox.models import HostPresence
 from teams.models import Member, Phase, SessionState, Status
 from teams.tokens import start_token_create
@@ -61,8 +61,8 @@ def member_start(*, member_id: int) -> bool:
         status = member.status
         if status not in (Status.INACTIVE, Status.FAILED, Status.PROVISIONING) or start_is_fresh(member):
             return False
-        if not team_has_host(member.team_id):
-            return False
+        if not team_has_host(member.team_id) or usage.budget_refusal(team_id=member.team_id):
+            return False  # no host; or the team's budget is used up, and a start would begin a turn
         try:
             start_request(member=member, reason=start_reason(status))
         except Exception:

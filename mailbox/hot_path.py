@@ -104,7 +104,7 @@ class SendJob(_writer.Job):
             "team": self.sender.team_id, "target": self.target_name, "limit": settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
             "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
             "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "kind": self.kind,
-            "now": batch.now,
+            "now": batch.now, "budget": settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
         }
         if not self.key:
             return sql.send_piped, params
@@ -116,7 +116,7 @@ class SendJob(_writer.Job):
 
     def piped_result(self, row, batch) -> None:
         if self.key:
-            target, key_id, prior_fingerprint, prior_result = row[:7], row[7], row[8], row[9]
+            target, key_id, prior_fingerprint, prior_result = row[:8], row[8], row[9], row[10]
             if key_id is None:  # the key was used before: replay or refuse, nothing stored
                 self._key_used(batch, prior_fingerprint, prior_result)
                 return
@@ -128,7 +128,7 @@ class SendJob(_writer.Job):
         if row is None:
             with hot_sql.HotCursor(batch.db) as cursor:
                 _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
-        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted = row
+        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, _ = row
         self.target_status = status_of(phase, session_state)
         self.has_host = bool(has_host)
         self.created_at = batch.now
@@ -174,17 +174,22 @@ class SendJob(_writer.Job):
                 if found is not None:
                     self._key_used(batch, found[1], found[2])
                     return
-            cursor.execute(sql.target_claim, [sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"]])
+            cursor.execute(sql.target_claim, [
+                sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
+                settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
+            ])
             row = cursor.fetchone()
             if row is None:
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
-            self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host = row
+            self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host, exhausted = row
             self.target_status = status_of(phase, session_state)
             self.has_host = bool(has_host)
             # Admission here only when it is a push: every earlier message of this target
-            # is already accepted (none queued), so seq order holds.
+            # is already accepted (none queued), so seq order holds; and never into a team
+            # whose token budget is used up (target_admit then says why it waits).
             self.admitted = (
                 self.may_admit and self.target_status in (Status.RUNNING, Status.IDLE) and not queued_before
+                and not exhausted
             )
             state = MessageState.ACCEPTED if self.admitted else MessageState.QUEUED
             cursor.execute(
@@ -271,6 +276,7 @@ class EntryJob(_writer.Job):
         self.message_id = entry.delivers
         self.prompt_id = entry.prompt_id if entry.kind == "prompt" else None
         self.data = json.dumps(entry.as_stored())
+        self.usage = entry.usage
         self.delivered = False
 
     def execute(self, batch) -> None:
@@ -289,6 +295,11 @@ class EntryJob(_writer.Job):
             )
             found = cursor.fetchone()
             inserted = found[0] if found else None
+            if inserted is not None and self.usage is not None:
+                usage = self.usage
+                cursor.execute(sql.usage_add, [
+                    member.pk, usage.model, usage.input_tokens, usage.output_tokens, usage.cached_tokens, now,
+                ])
             if self.message_id and not self._delivered_deferred():
                 self.delivered = _delivered(cursor, batch, member=member, message_id=self.message_id)
             if self.message_id and not self.delivered:  # folded, deferred, or not this member's message at all
@@ -305,11 +316,17 @@ class EntryJob(_writer.Job):
             return None
         self.delivered = False
         member = self.member
-        return sql.entry_piped, {
+        params = {
             "member": member.pk, "entry_id": self.entry_id, "kind": self.kind, "message": self.message_id,
             "prompt": self.prompt_id, "data": self.data, "now": batch.now, "team": member.team_id,
             "name": member.name, "mark": bool(self.message_id) and not self._delivered_deferred(),
         }
+        if self.usage is None:
+            return sql.entry_piped, params
+        usage = self.usage
+        params.update(model=usage.model, input=usage.input_tokens, output=usage.output_tokens,
+                      cached=usage.cached_tokens)
+        return sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
         inserted, seq, mine = row
@@ -343,7 +360,7 @@ class EntryJob(_writer.Job):
         if self.delivered:
             rings.append((team_id, "message", {"target": name}))
         elif self.result:
-            rings.append((team_id, "entry", {"member": name}))
+            rings.append((team_id, "usage" if self.usage is not None else "entry", {"member": name}))
         if self.prompt_id:
             rings.append((team_id, "prompt", {"member": name}))
         return rings

@@ -22,11 +22,11 @@ from mailbox.lead_log import (
 )
 from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, HistoryEntry, HostPresence, HumanPrompt, IdempotencyRecord, LogKind,
-    MessageState, PromptState, TeamMessage,
+    MemberUsage, MessageState, PromptState, TeamMessage,
 )
 from mailbox.writer import Batch
 from teams.errors import TeamError
-from teams.models import Member, Phase, SessionState
+from teams.models import Member, Phase, SessionState, Team
 
 
 def _listed(*values) -> str:
@@ -36,6 +36,20 @@ def _listed(*values) -> str:
 
 def hosts_exists(member: str, hosts: str) -> str:
     return f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
+
+
+def budget_exhausted(team_id: str, default: str) -> str:
+    """Whether a team's token budget (its own, else ``default``, the setting's) is used up by
+    what its members' model replies used (mailbox/usage.py); false without a budget."""
+    team, member, usage = Team._meta.db_table, Member._meta.db_table, MemberUsage._meta.db_table
+    used = (
+        f"(SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM {usage} u "
+        f"JOIN {member} um ON um.id = u.member_id WHERE um.team_id = b.id)"
+    )
+    return (
+        f"COALESCE((SELECT CASE WHEN b.budget IS NULL THEN false ELSE b.budget <= {used} END "
+        f"FROM (SELECT id, COALESCE(token_budget, {default}) AS budget FROM {team} WHERE id = {team_id}) b), false)"
+    )
 
 
 class Statements:
@@ -63,7 +77,8 @@ class Statements:
             f"UPDATE {member} SET next_seq = next_seq + 1 "
             f"WHERE team_id = %s AND name = %s AND phase NOT IN ({refusing}) AND {pending_count} < %s "
             f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
-            f"{counted(MessageState.QUEUED)}, {hosts_exists(member, hosts)}"
+            f"{counted(MessageState.QUEUED)}, {hosts_exists(member, hosts)}, "
+            f"{budget_exhausted(f'{member}.team_id', 'CAST(%s AS bigint)')}"
         )
         self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
         self.target_pending = f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ({pending})"
@@ -104,10 +119,21 @@ class Statements:
             f"result = excluded.result, created_at = excluded.created_at WHERE {keys}.created_at < %s RETURNING id"
         )
         self.key_undo = f"DELETE FROM {keys} WHERE id = %s"
+        # A new entry's usage, added to its member's sum for that model (mailbox/usage.py).
+        usage = MemberUsage._meta.db_table
+        self.usage_add = (
+            f"INSERT INTO {usage} (member_id, model, input_tokens, output_tokens, cached_tokens, replies, updated_at) "
+            f"VALUES (%s, %s, %s, %s, %s, 1, %s) "
+            f"ON CONFLICT (member_id, model) DO UPDATE SET "
+            f"input_tokens = {usage}.input_tokens + excluded.input_tokens, "
+            f"output_tokens = {usage}.output_tokens + excluded.output_tokens, "
+            f"cached_tokens = {usage}.cached_tokens + excluded.cached_tokens, "
+            f"replies = {usage}.replies + 1, updated_at = excluded.updated_at"
+        )
         # The batch INSERT of the Lead-log records the jobs append (batch_flush).
         self.log_insert_head, self.log_row = rows_values(json_value)
         if vendor != "postgresql":
-            self.send_piped = self.send_piped_keyed = self.entry_piped = None
+            self.send_piped = self.send_piped_keyed = self.entry_piped = self.entry_piped_usage = None
             return
         # PostgreSQL runs each job as one statement (one round trip): the steps above,
         # with their Lead-log records, joined by data-modifying WITH clauses (which
@@ -137,13 +163,16 @@ class Statements:
             ),
         )
 
+        exhausted = budget_exhausted(f"{member}.team_id", "CAST(%(budget)s AS bigint)")
+
         def send(claimed: str = "") -> str:
             return (
                 f"t AS (UPDATE {member} SET next_seq = next_seq + 1 "
                 f"WHERE team_id = %(team)s AND name = %(target)s AND phase NOT IN ({refusing}) "
                 f"AND {pending_all} < %(limit)s {claimed}"
                 f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
-                f"{hosts_exists(member, hosts)} AS has_host, ({pushable} AND {queued_none} AND %(may)s) AS admit), "
+                f"{hosts_exists(member, hosts)} AS has_host, "
+                f"({pushable} AND {queued_none} AND %(may)s AND NOT {exhausted}) AS admit, {exhausted} AS exhausted), "
                 f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
                 f"kind, state, attempts, last_error, created_at, queued_at, accepted_at) "
                 f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, %(kind)s, "
@@ -152,7 +181,7 @@ class Statements:
                 f"l AS ({send_records}) "
             )
 
-        target_columns = "t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit"
+        target_columns = "t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit, t.exhausted"
         self.send_piped = f"WITH {send()}SELECT {target_columns} FROM t"
         # A keyed send claims its key first (with the message's ids as its result until the
         # batch stores the whole answer), and stores the message only when it did: the claim
@@ -176,21 +205,37 @@ class Statements:
             ),
             skip_existing=True,
         )
-        self.entry_piped = (
-            f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
-            f"VALUES (%(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s) "
-            f"ON CONFLICT DO NOTHING RETURNING id), "
-            f"d AS (UPDATE {message} SET state = {delivered}, delivered_at = %(now)s, "
-            f"accepted_at = COALESCE(accepted_at, %(now)s) "
-            f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
-            f"AND (EXISTS (SELECT 1 FROM h) "
-            f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
-            f"RETURNING seq), "
-            f"l AS ({entry_records}), "
-            f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
-            f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
-            f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
-            f"EXISTS (SELECT 1 FROM {message} WHERE id = %(message)s AND target_id = %(member)s)"
+        def entry(usage_clause: str = "") -> str:
+            return (
+                f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
+                f"VALUES (%(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s) "
+                f"ON CONFLICT DO NOTHING RETURNING id), "
+                f"d AS (UPDATE {message} SET state = {delivered}, delivered_at = %(now)s, "
+                f"accepted_at = COALESCE(accepted_at, %(now)s) "
+                f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
+                f"AND (EXISTS (SELECT 1 FROM h) "
+                f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
+                f"RETURNING seq), "
+                f"l AS ({entry_records}), "
+                f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
+                f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
+                f"{usage_clause}"
+                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
+                f"EXISTS (SELECT 1 FROM {message} WHERE id = %(message)s AND target_id = %(member)s)"
+            )
+
+        self.entry_piped = entry()
+        # An entry that reports its model reply's usage adds it to its member's sum, only when
+        # the entry is new (a folded repeat adds nothing): apart, so entries without usage
+        # keep the statement they had.
+        self.entry_piped_usage = entry(
+            f", u AS (INSERT INTO {usage} (member_id, model, input_tokens, output_tokens, cached_tokens, replies, "
+            f"updated_at) SELECT %(member)s, %(model)s, %(input)s, %(output)s, %(cached)s, 1, %(now)s FROM h "
+            f"ON CONFLICT (member_id, model) DO UPDATE SET "
+            f"input_tokens = {usage}.input_tokens + excluded.input_tokens, "
+            f"output_tokens = {usage}.output_tokens + excluded.output_tokens, "
+            f"cached_tokens = {usage}.cached_tokens + excluded.cached_tokens, "
+            f"replies = {usage}.replies + 1, updated_at = excluded.updated_at) "
         )
 
 

@@ -144,6 +144,12 @@ def member_logged(*, team_id: int, data: dict, status: str | None = None) -> Non
         events.dashboard_notify(team_id, "member", member=data["member"], status=status)
 
 
+def budget_logged(*, team_id: int, data: dict) -> None:
+    """The team's token budget was set (``data``: the tokens, and by whom)."""
+    LeadLogRecord.objects.create(team_id=team_id, kind=LogKind.BUDGET, data=data)
+    events.dashboard_notify(team_id, "budget")
+
+
 def task_logged(*, team_id: int, data: dict) -> None:
     """A task-board change (``data`` names the task)."""
     LeadLogRecord.objects.create(team_id=team_id, kind=LogKind.TASK, data=data)

@@ -99,6 +99,7 @@ class LogKind(models.TextChoices):
     MESSAGE_DELIVERED = "team/message/delivered"
     MESSAGE_FAILED = "team/message/failed"
     MESSAGE_RETRIED = "team/message/retried"  # an operator asked for admission again
+    BUDGET = "team/budget"  # an operator set the team's token budget (mailbox/budget.py)
 
 
 class LeadLogRecord(models.Model):
@@ -234,3 +235,20 @@ class IdempotencyRecord(models.Model):
             models.UniqueConstraint(fields=["member", "tool", "key"], name="idempotency_key_unique_per_member_tool")
         ]
         indexes = [models.Index(fields=["created_at"], name="idempotency_age")]
+
+
+class MemberUsage(models.Model):
+    """What one member's model replies used, per model: the sum of the ``usage`` its
+    history entries report (mailbox/usage.py; the writer adds each new entry's in its
+    commit, a folded repeat adds nothing). Input tokens include the cached ones."""
+
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="usage", db_index=False)
+    model = models.CharField(max_length=200)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    replies = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["member", "model"], name="usage_one_row_per_member_model")]

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox import events, hosts
+from mailbox import events, hosts, usage
 from mailbox.models import HumanPrompt, PromptState
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
@@ -41,8 +41,8 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
     """Push the oldest queued prompt if the target is idle and no prompt turn is under way."""
     with transaction.atomic():
         member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
-        if member.status != Status.IDLE:
-            return None
+        if member.status != Status.IDLE or usage.budget_refusal(team_id=member.team_id):
+            return None  # not idle; or the team's token budget is used up: no prompt starts a turn
         mine = HumanPrompt.objects.filter(target=member)
         if fresh_session:
             # A prompt pushed to (or started by) a session that has since gone never

@@ -3,6 +3,7 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
+from mailbox import usage
 from mailbox.models import COUNTED_STATES, PENDING_STATES, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
 from mailbox.text_match import ContainsAnyCase
 from teams import selectors as team_selectors
@@ -94,17 +95,17 @@ def delivered_count(*, sent: int, counted: dict[str, int]) -> int:
 
 
 def team_summary(*, team: Team) -> dict:
+    """The operator REST's team: the roster with each member's message counts and usage, the
+    team's usage and budget, and the board."""
     counts = member_counts(team=team)
-    members = []
-    for member in team_selectors.member_list(team_id=team.pk):
-        members.append(
-            {
-                **team_selectors.member_out(member),
-                **counts.get(member.pk, _no_messages()),
-            }
-        )
+    found = team_selectors.member_list(team_id=team.pk)
+    roster = usage.roster(team_id=team.pk, members=found)
+    members = [{**agent, **counts.get(member.pk, _no_messages())} for member, agent in zip(found, roster["agents"])]
     tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
-    return {"team": team.name, "members": members, "tasks": team_selectors.tasks_out(tasks, team_id=team.pk)}
+    return {
+        "team": team.name, "members": members, "usage": roster["usage"], "budget": roster["budget"],
+        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
+    }
 
 
 def _cursor_encode(message: TeamMessage) -> str:

@@ -6,7 +6,7 @@ hello and each idle status offer it the next one.
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import delivery, events, lead_log, presence, queue_adapter
+from mailbox import delivery, events, lead_log, presence, queue_adapter, usage
 from mailbox.models import HumanPrompt, PromptState
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState, Status
@@ -30,9 +30,12 @@ def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
         member, previous = member_session_set(member_id=member_id, state=state, channel=channel)
         _member_changed(member, previous)
     presence.session_attached(member_id=member_id, channel=channel)
-    # Admitted here, steered by the replay below: each undelivered message once.
+    # Admitted here, steered by the replay below: each undelivered message once. Nothing while
+    # the team's token budget is used up: a replay would start a turn (mailbox/usage.py).
     delivery.target_admit(target_id=member_id, redeliver=False, push=False)
-    replay = [delivery.steer_of(m, target_name=member.name) for m in delivery.undelivered_for(member=member)]
+    replay = [] if usage.budget_refusal(team_id=member.team_id) else [
+        delivery.steer_of(m, target_name=member.name) for m in delivery.undelivered_for(member=member)
+    ]
     if state == SessionState.IDLE:
         queue_adapter.prompts_dispatch(member_id=member_id, fresh_session=True)
     return replay

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import faults, hosts, hot_path, idempotency, sessions, waiting
+from mailbox import faults, hosts, hot_path, idempotency, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -73,7 +73,7 @@ async def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:
 
 
 def _list_agents(member: Member, args: schemas.ListAgentsArgs) -> dict:
-    return {"agents": [selectors.member_out(m) for m in selectors.member_list(team_id=member.team_id)]}
+    return usage.roster(team_id=member.team_id)
 
 
 def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:

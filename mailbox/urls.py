@@ -30,6 +30,7 @@ urlpatterns = [
     ),
     path("teams/<str:team>/members/<str:member>/retire", member_admin.MemberRetireView.as_view(), name="member-retire"),
     path("teams/<str:team>/prompts", operators.PromptsView.as_view(), name="team-prompts"),
+    path("teams/<str:team>/budget", operators.TeamBudgetView.as_view(), name="team-budget"),
 ]
 
 if settings.STEERBOARD.get("COUNT_SQL"):

@@ -135,6 +135,29 @@ class Source(BaseModel):
     prompt_id: RecordId | None = None
 
 
+TokenCount = Annotated[int, Field(ge=0, le=10**12)]
+# The entry kinds a model reply produces: the ones that may carry its usage.
+USAGE_KINDS = ("assistant_text", "tool_call")
+
+
+class Usage(BaseModel):
+    """What one model reply used, reported on the first entry that reply produced
+    (docs/protocol.md, "History entries"). ``input_tokens`` counts every input token,
+    the cached ones (``cached_tokens``) included."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    cached_tokens: TokenCount = 0
+
+    @model_validator(mode="after")
+    def _cached_within_input(self) -> "Usage":
+        if self.cached_tokens > self.input_tokens:
+            raise ValueError("cached_tokens are part of input_tokens: at most as many")
+        return self
+
+
 class Entry(BaseModel):
     """One session history entry. Known fields are checked; the rest is kept as reported."""
 
@@ -143,11 +166,14 @@ class Entry(BaseModel):
     kind: Literal["user_message", "prompt", "assistant_text", "tool_call", "tool_result", "turn_start", "turn_end"]
     source: Source | None = None
     prompt_id: RecordId | None = None
+    usage: Usage | None = None
 
     @model_validator(mode="after")
     def _team_message_has_id(self) -> "Entry":
         if self.source and self.source.kind == TEAM_MESSAGE_SOURCE and not self.source.message_id:
             raise ValueError("a team-message source needs its message_id")
+        if self.usage is not None and self.kind not in USAGE_KINDS:
+            raise ValueError(f"usage goes on the entry a model reply produced: {' or '.join(USAGE_KINDS)}")
         if self.kind == "prompt" and not self.prompt_id and self.source and self.source.prompt_id:
             self.prompt_id = self.source.prompt_id
         return self

@@ -35,6 +35,10 @@ class ErrorCode(StrEnum):
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    # Never raised as a refusal: why a message or prompt waits (the team's token budget is
+    # used up: mailbox/usage.py), in a send's delivery observation, a message's last_error
+    # and the dashboard.
+    TEAM_BUDGET_EXHAUSTED = "TEAM_BUDGET_EXHAUSTED"
     # Never raised as a refusal: what a transport answers when the server itself failed.
     SERVER_ERROR = "SERVER_ERROR"
 

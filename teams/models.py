@@ -10,6 +10,9 @@ class Team(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[RegexValidator(TEAM_NAME_RE)])
     host_token_hash = models.CharField(max_length=64, db_index=True)
     next_task_number = models.PositiveIntegerField(default=1)
+    # The tokens (input + output) the team's models may use in all, set by an operator;
+    # None: STEERBOARD_TEAM_TOKEN_BUDGET, and no budget when that is unset (mailbox/usage.py).
+    token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

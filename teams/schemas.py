@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import re
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_serializer
 
 MemberName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$", max_length=63)]
 TaskId = Annotated[str, StringConstraints(pattern=r"^task-[1-9][0-9]{0,9}$")]
@@ -74,11 +74,44 @@ class Result(BaseModel):
     pass
 
 
+class ModelUsageOut(BaseModel):
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    replies: int
+    cost_usd: float | None = Field(description="US dollars; null when the server's price table does not know the model")
+
+
+class UsageOut(BaseModel):
+    """What model replies used (summed from the ``usage`` the history entries report): input
+    tokens (the cached ones among them), output tokens, and what they cost."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    replies: int = 0
+    tokens: int = Field(0, description="input + output: what a token budget counts")
+    cost_usd: float | None = Field(0.0, description="US dollars; null when a model used has no price on this server")
+    models: list[ModelUsageOut] = Field(default_factory=list)
+
+
+class BudgetOut(BaseModel):
+    """The team's token budget: its own (an operator's), the server's default, or none."""
+
+    tokens: int | None = Field(description="null: no budget")
+    used: int
+    left: int | None
+    exhausted: bool = Field(description="no new turn starts in the team until an operator raises it")
+    source: Literal["team", "setting", "none"]
+
+
 class MemberOut(BaseModel):
     name: str
     role: Literal["lead", "teammate"]
     status: StatusLiteral
     description: str
+    usage: UsageOut = Field(default_factory=UsageOut)
 
 
 class TaskOut(BaseModel):
@@ -132,6 +165,17 @@ class DeliveryObservation(BaseModel):
     host_connected: bool
     expected: str = Field(description="what happens next to this message")
     warnings: list[str]
+    code: Literal["TEAM_BUDGET_EXHAUSTED"] | None = Field(
+        None, description="why the message waits, when it waits for an operator (the team's token budget is used up); "
+        "absent otherwise"
+    )
+
+    @model_serializer(mode="wrap")
+    def _code_only_when_set(self, handler):
+        data = handler(self)
+        if data.get("code") is None:
+            data.pop("code", None)
+        return data
 
 
 class SendMessageResult(Result):
@@ -149,6 +193,8 @@ class ListAgentsArgs(Args):
 
 class ListAgentsResult(Result):
     agents: list[MemberOut]
+    usage: UsageOut = Field(default_factory=UsageOut, description="the whole team's")
+    budget: BudgetOut | None = None
 
 
 # --- wait_agent --------------------------------------------------------------

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import delivery, lead_log, queue_adapter, selectors, wire
+from mailbox import budget, delivery, lead_log, queue_adapter, selectors, usage, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
@@ -228,3 +228,29 @@ class PromptsView(_Api):
             content=data.validated_data["content"],
         )
         return Response({"prompt": selectors.prompt_out(prompt)}, status=201)
+
+
+class BudgetIn(serializers.Serializer):
+    tokens = serializers.IntegerField(min_value=1, max_value=10**15, allow_null=True)
+
+
+class TeamBudgetView(_Api):
+    def get_permissions(self):
+        return [CanReadTeam(), IsOperator()] if self.request.method in ("PUT", "POST") else [CanReadTeam()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The team's token budget and what its models used")
+    def get(self, request, team):
+        return Response(usage.budget_of(team_id=self.team().pk).out())
+
+    @extend_schema(
+        request=BudgetIn, responses=OpenApiTypes.OBJECT,
+        summary="Set the team's token budget (null: the server's default); raising it lets what waited go on",
+    )
+    def put(self, request, team):
+        data = BudgetIn(data=_body_dict(request))
+        data.is_valid(raise_exception=True)
+        return Response(
+            budget.team_budget_set(team=self.team(), tokens=data.validated_data["tokens"], by=request.user.get_username())
+        )
+
+    post = put

@@ -55,6 +55,11 @@ function attentionItem(item, canAct) {
       action = h("button", { type: "button", class: "small", "data-action": "retry-member", "data-member-ref": item.member,
         "aria-label": `Retry ${item.member}`, onclick: (ev) => retry(ev.currentTarget, apiPath("members", item.member, "retry")) }, "retry");
     }
+  } else if (item.kind === "budget") {
+    what = [h("b", {}, "token budget used up"), `: ${item.used} of ${item.tokens} tokens, `, since(item.since, `since {age}`)];
+    if (canAct) {
+      link = h("a", { href: "#budget-tokens", class: "small", "data-budget-link": "" }, "raise the budget");
+    }
   } else {
     what = [`prompt from ${item.author} to `, h("b", {}, item.member), " waiting, ", since(item.since, `for {age}`)];
   }

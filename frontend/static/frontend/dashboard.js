@@ -290,11 +290,32 @@ function timeline(member) {
       h("div", { class: "turn-head" },
         h("b", {}, t.kind === "prompt" ? "Prompt turn" : "Turn"), " ",
         h("span", { class: "muted" }, `${t.step_count} step${t.step_count === 1 ? "" : "s"} · `, timeAgo(t.started_at, "started {ago}"),
-          `${t.turn_id === running ? " · in progress" : ""}${t.partial ? " · earlier entries not shown" : ""}`)),
+          `${t.turn_id === running ? " · in progress" : ""}${t.partial ? " · earlier entries not shown" : ""}`),
+        t.usage ? [" · ", usageBadge(t.usage, { "data-turn-usage": t.turn_id })] : null),
       h("ol", { class: "steps" }, t.steps.map((st) =>
         h("li", { class: "step", "data-step": st.step },
           h("span", { class: "step-no" }, `step ${st.step}`),
           h("ul", { class: "entries" }, st.entries.map(entryItem))))))));
+}
+
+// ---------------------------------------------------------------- usage and budget
+const tokensText = (n) => (n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : n >= 1e4 ? `${(n / 1e3).toFixed(1)} k` : String(n));
+const dollars = (cost) => (cost === null || cost === undefined ? null : `$${cost < 1 ? cost.toFixed(4) : cost.toFixed(2)}`);
+
+// What a member's (or the team's) model replies used: tokens, and their cost when the server
+// knows every model's price ([data-cost] is then the dollars, else empty).
+function usageBadge(usage, attrs = {}) {
+  const cost = dollars(usage.cost_usd);
+  return h("span", { class: "usage small muted", "data-tokens": usage.tokens, "data-cost": cost === null ? "" : usage.cost_usd,
+    title: `${usage.input_tokens} input (${usage.cached_tokens} cached) + ${usage.output_tokens} output tokens in ${usage.replies} replies`, ...attrs },
+  `${tokensText(usage.tokens)} tokens`, cost ? ` · ${cost}` : "");
+}
+
+function budgetLine(budget) {
+  if (!budget || budget.tokens === null) return h("span", { class: "small muted", "data-budget": "none" }, "no token budget");
+  return h("span", { class: `small ${budget.exhausted ? "budget-exhausted" : "muted"}`, "data-budget": budget.tokens,
+    "data-budget-used": budget.used, "data-budget-exhausted": budget.exhausted ? "true" : "false" },
+  `budget ${tokensText(budget.used)} of ${tokensText(budget.tokens)} tokens`, budget.exhausted ? " · used up: no new turn starts" : "");
 }
 
 function lane(team, member, canAct, openState, color) {
@@ -326,6 +347,7 @@ function lane(team, member, canAct, openState, color) {
         href: `/a2a/${encodeURIComponent(team)}/${encodeURIComponent(member.name)}/.well-known/agent-card.json` }, "A2A card"),
       h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
       timeAgo(member.status_changed_at, "for {age}", { class: "small muted", "data-status-since": "" }),
+      usageBadge(member.usage),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
         turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
       canAct && (counts.queued + counts.accepted) > 0
@@ -406,6 +428,14 @@ function renderTeam(snap) {
       select.replaceChildren(...names.map((n) => h("option", { value: n, selected: n === chosen ? true : null }, n)));
     }
   }
+  const totals = document.querySelector("[data-team-usage]");
+  if (totals && snap.usage) totals.replaceChildren(usageBadge(snap.usage, { "data-team-total": "" }), " · ", budgetLine(snap.budget));
+  const budgetForm = document.querySelector('form[data-action="budget"]');
+  if (budgetForm && snap.budget) {
+    budgetForm.dataset.exhausted = snap.budget.exhausted ? "true" : "false";
+    const input = budgetForm.querySelector('input[name="tokens"]');
+    if (input && document.activeElement !== input) input.placeholder = snap.budget.tokens === null ? "no budget" : String(snap.budget.tokens);
+  }
   const stamp = document.querySelector("[data-generated-at]");
   if (stamp) stamp.replaceChildren(timeAgo(snap.generated_at, "as of {ago}"));
   body.dataset.syncedAt = snap.generated_at;
@@ -453,6 +483,28 @@ function promptForm(team) {
   });
 }
 
+function budgetForm(team) {
+  const form = document.querySelector('form[data-action="budget"]');
+  if (!form) return;
+  const status = form.querySelector("[data-budget-status]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const raw = new FormData(form).get("tokens").trim();
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "saving…";
+    try {
+      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/budget`, { tokens: raw === "" ? null : Number(raw) });
+      status.textContent = answer.tokens === null ? "no budget" : `${answer.used} of ${answer.tokens} tokens used${answer.exhausted ? ": still used up" : ""}`;
+      form.querySelector('input[name="tokens"]').value = "";
+    } catch (error) {
+      status.textContent = `not saved: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
 function teamPage() {
   const team = body.dataset.team;
   startAges();
@@ -461,6 +513,7 @@ function teamPage() {
   const initial = document.getElementById("snapshot");
   if (initial) renderTeam(JSON.parse(initial.textContent));
   promptForm(team);
+  budgetForm(team);
   const refresh = coalesced(async () => {
     try {
       renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));

@@ -1,0 +1,69 @@
+"""The team page shows what each member's model used and cost, the team's total and its
+token budget; a used-up budget heads Needs attention, and an operator raising it on the
+page gets the waiting message delivered (issue 27, items 3 and 4), in real Chromium
+against a real daphne."""
+import json
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import login, open_team, screenshot, tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+PRICES = json.dumps({"gpt-test": {"input": 2, "output": 8, "cached": 0.5}})
+
+
+@pytest.fixture
+def priced_server(live_env):
+    from tests.support.live import DaphneProcess
+
+    server = DaphneProcess(live_env, STEERBOARD_MODEL_PRICES=PRICES).start()
+    yield server
+    server.stop()
+
+
+def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(live_env, priced_server, page, agents):
+    server = priced_server
+    team = live_env.team_create("spend")
+    lead = team["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    coder = agents(server, live_env.manage_json("member_token", "spend", "coder")["token"], "running")
+    live_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "spend")
+
+    coder.entry("assistant_text", text="planning", turn_id="t1",
+                usage={"model": "gpt-test", "input_tokens": 1000, "output_tokens": 200, "cached_tokens": 400})
+    lane = page.locator('[data-member="coder"]')
+    badge = lane.locator(".lane-head [data-tokens]")
+    expect(badge).to_have_attribute("data-tokens", "1200")
+    expect(badge).to_have_attribute("data-cost", str((600 * 2 + 400 * 0.5 + 200 * 8) / 1e6))
+    expect(page.locator("[data-team-total]")).to_have_attribute("data-tokens", "1200")
+    expect(lane.locator('[data-turn-usage="t1"]')).to_have_attribute("data-tokens", "1200")
+    expect(page.locator('[data-budget="none"]')).to_be_visible()
+
+    # A budget below what was used: the team is stopped, and the page says so first.
+    page.locator('form[data-action="budget"] input[name="tokens"]').fill("1000")
+    page.locator('form[data-action="budget"] button[type="submit"]').click()
+    expect(page.locator("[data-budget-status]")).to_contain_text("still used up")
+    coder.status("idle")
+    held = tool(server, lead, "send_message", target="coder", message="one more thing")
+    assert held["status"] == "queued" and held["delivery"]["code"] == "TEAM_BUDGET_EXHAUSTED"
+    expect(page.locator("[data-budget-exhausted]")).to_have_attribute("data-budget-exhausted", "true")
+    first = page.locator("[data-attention-list] > li").first
+    expect(first).to_have_attribute("data-attention", "budget")
+    expect(lane.locator(f'[data-column="queued"] [data-message-id="{held["message_id"]}"]')).to_be_visible()
+    screenshot(page, "budget-1-used-up")
+
+    # Raised on the page: the message waiting for it is pushed and delivered.
+    page.locator('form[data-action="budget"] input[name="tokens"]').fill("50000")
+    page.locator('form[data-action="budget"] button[type="submit"]').click()
+    steer = coder.recv("steer")
+    assert steer["message"]["id"] == held["message_id"]
+    coder.entry("user_message", text="one more thing",
+                source={"kind": "team-message", "message_id": held["message_id"], "sender": "lead"})
+    expect(lane.locator(f'[data-column="delivered"] [data-message-id="{held["message_id"]}"]')).to_be_visible()
+    expect(page.locator("[data-budget-exhausted]")).to_have_attribute("data-budget-exhausted", "false")
+    expect(page.locator('[data-attention="budget"]')).to_have_count(0)
+    screenshot(page, "budget-2-raised")
