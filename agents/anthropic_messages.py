@@ -145,6 +145,10 @@ class AnthropicMessagesModel:
         self.max_tokens = max_tokens
         self._errors = sdk()
 
+    async def aclose(self) -> None:
+        """Close the SDK's connections (the session calls it when it ends)."""
+        await self.client.close()
+
     async def step(self, context: StepContext) -> ModelReply:
         options: dict[str, Any] = {}
         if context.tool_specs:

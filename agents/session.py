@@ -138,6 +138,10 @@ class AgentSession:
                 with contextlib.suppress(BaseException):
                     await task
             await self.client.aclose()
+            close = getattr(self.model, "aclose", None)  # a model holding connections (a vendor SDK's client)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
 
     async def stop(self) -> None:
         self._stopping.set()
