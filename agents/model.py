@@ -48,12 +48,15 @@ class Usage:
     cached_tokens: int = 0
 
     def as_entry(self) -> dict[str, Any]:
-        """The entry's ``usage`` field."""
+        """The entry's ``usage`` field, within what docs/protocol.md allows (a name of 1-200
+        characters, counts from 0, the cached ones among the input ones): a server that
+        reported odd numbers must not get the entry refused and the turn held up."""
+        input_tokens = max(0, int(self.input_tokens or 0))
         return {
-            "model": self.model,
-            "input_tokens": int(self.input_tokens),
-            "output_tokens": int(self.output_tokens),
-            "cached_tokens": int(self.cached_tokens),
+            "model": (str(self.model or "").strip() or "unknown")[:200],
+            "input_tokens": input_tokens,
+            "output_tokens": max(0, int(self.output_tokens or 0)),
+            "cached_tokens": min(max(0, int(self.cached_tokens or 0)), input_tokens),
         }
 
 

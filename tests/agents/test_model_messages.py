@@ -257,3 +257,10 @@ def test_an_anthropic_answer_becomes_text_calls_and_usage_with_every_input_token
     assert reply.text == "Checking the board."
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("team_task_list", {"status": "pending"})]
     assert reply.usage == Usage(model="claude-3-opus-20240229", input_tokens=1220, output_tokens=30, cached_tokens=1000)
+
+
+def test_usage_on_an_entry_stays_within_what_the_protocol_allows_whatever_a_server_reported():
+    # A compatible server that counts oddly must not get the entry refused (and the turn held up).
+    assert Usage(model="", input_tokens=10, output_tokens=-3, cached_tokens=25).as_entry() == {
+        "model": "unknown", "input_tokens": 10, "output_tokens": 0, "cached_tokens": 10}
+    assert len(Usage(model="m" * 300).as_entry()["model"]) == 200
