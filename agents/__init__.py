@@ -10,7 +10,7 @@ history); docs/agents.md, "How the session is built".
 """
 from agents.client import ServerClient, ToolError
 from agents.host import Host
-from agents.model import EchoModel, Model, ModelReply, StepContext, ToolCall
+from agents.model import EchoModel, Model, ModelError, ModelReply, StepContext, ToolCall, Usage
 from agents.registry import model_factory
 from agents.session import AgentSession
 
@@ -19,10 +19,12 @@ __all__ = [
     "EchoModel",
     "Host",
     "Model",
+    "ModelError",
     "ModelReply",
     "ServerClient",
     "StepContext",
     "ToolCall",
     "ToolError",
+    "Usage",
     "model_factory",
 ]

@@ -2,23 +2,24 @@
 
     export STEERBOARD_TOKEN=HOST_TOKEN     # or a member token for run
     python -m agents host --server http://127.0.0.1:8000 --model keyless
-    python -m agents run  --server http://127.0.0.1:8000 --model keyless|echo|package.module:Class
+    python -m agents run  --server http://127.0.0.1:8000 --model keyless|echo|openai:MODEL|anthropic:MODEL|package.module:Class
+    python -m agents host --server ... --model lead=anthropic:MODEL --model '*=openai:MODEL'
 
 The token comes from STEERBOARD_TOKEN: a token given with --token is in the
-process's command line, which every user of the machine can read (ps).
+process's command line, which every user of the machine can read (ps). So do
+the vendors' keys: OPENAI_API_KEY, ANTHROPIC_API_KEY (agents/registry.py).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import logging
 import os
 import signal
 import sys
 
 from agents.host import Host, HostRefused
-from agents.registry import model_factory
+from agents.registry import NAMES, VendorOptions, model_check, models_choose
 from agents.session import AgentSession, SessionRefused
 
 TOKEN_ENV = "STEERBOARD_TOKEN"
@@ -30,12 +31,19 @@ EPILOG = (
 )
 
 
-def _model(spec: str):
-    """argparse type: the model factory, or a clear error for a name that is not one."""
+def _model(value: str) -> str:
+    """argparse type: one --model value, checked as far as it can be before the other options are read."""
     try:
-        return model_factory(spec)
+        return model_check(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc))
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("cannot be negative")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,11 +59,26 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--token", help=f"{who} (default: ${TOKEN_ENV}; a token here is visible in ps)")
         p.add_argument(
             "--model",
-            default="keyless",
+            action="append",
             type=_model,
-            metavar="keyless|echo|package.module:Class",
-            help="the model: keyless (default), echo, or any model class, built with the member's name",
+            metavar="[MEMBER=]NAME",
+            help=f"the model: {NAMES} (a model class is built with the member's name); "
+            "MEMBER=NAME for one member, a bare NAME (or *=NAME) for everyone else; repeatable "
+            "(default: keyless)",
         )
+        vendors = p.add_argument_group("openai: and anthropic: models (their SDKs' own variables are the defaults)")
+        vendors.add_argument("--openai-base-url", metavar="URL", help="an OpenAI-compatible endpoint (default: $OPENAI_BASE_URL, else OpenAI's)")
+        vendors.add_argument("--openai-api-key", metavar="KEY", help="(default: $OPENAI_API_KEY; a key here is visible in ps)")
+        vendors.add_argument("--anthropic-base-url", metavar="URL", help="(default: $ANTHROPIC_BASE_URL, else Anthropic's)")
+        vendors.add_argument("--anthropic-api-key", metavar="KEY", help="(default: $ANTHROPIC_API_KEY; a key here is visible in ps)")
+        vendors.add_argument(
+            "--model-retries",
+            type=_count,
+            metavar="N",
+            help="how often the SDK sends a request again after a 429, an overload or a 5xx, waiting as the "
+            "vendor's retry-after says (default 4); then the turn ends with reason error",
+        )
+        vendors.add_argument("--max-tokens", type=_count, metavar="N", help="the longest answer (default: anthropic 4096, openai the server's)")
         p.add_argument(
             "--step-delay",
             type=float,
@@ -78,25 +101,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _factory(args):
+def _factory(args, parser: argparse.ArgumentParser):
+    """The members' models, built now: a missing key or a clash is a usage error before anything runs."""
     if args.step_delay < 0:
         raise SystemExit("python -m agents: --step-delay cannot be negative")
+    options = VendorOptions(
+        openai_base_url=args.openai_base_url,
+        openai_api_key=args.openai_api_key,
+        anthropic_base_url=args.anthropic_base_url,
+        anthropic_api_key=args.anthropic_api_key,
+        max_retries=args.model_retries,
+        max_tokens=args.max_tokens or None,
+    )
+    try:
+        choice = models_choose(args.model, options)
+    except ValueError as exc:
+        parser.error(f"argument --model: {exc}")
     if not args.step_delay:
-        return args.model
-    from agents.keyless import KeylessModel
+        return choice
+    try:
+        return choice.paced(args.step_delay)
+    except ValueError as exc:
+        raise SystemExit(f"python -m agents: {exc}")
 
-    if args.model is not KeylessModel:
-        raise SystemExit("python -m agents: --step-delay paces the keyless model only")
-    return functools.partial(KeylessModel, step_delay=args.step_delay)
 
-
-async def _main(args, token: str) -> int:
-    factory = _factory(args)
+async def _main(args, factory) -> int:
     if args.command == "host":
-        runner = Host(args.server, token, factory, max_backoff=args.max_backoff, state_path=args.state)
+        runner = Host(args.server, args.token, factory, max_backoff=args.max_backoff, state_path=args.state)
     else:
         runner = AgentSession(
-            args.server, token, model_factory=factory, resume=not args.no_resume, max_backoff=args.max_backoff
+            args.server, args.token, model_factory=factory, resume=not args.no_resume, max_backoff=args.max_backoff
         )
     main = asyncio.ensure_future(runner.run())
     loop = asyncio.get_running_loop()
@@ -115,9 +149,10 @@ async def _main(args, token: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    token = args.token or os.environ.get(TOKEN_ENV, "")
-    if not token:
+    args.token = args.token or os.environ.get(TOKEN_ENV, "")
+    if not args.token:
         parser.error(f"no token: set {TOKEN_ENV} (or pass --token, which ps shows to every user)")
+    factory = _factory(args, parser)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -126,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose == 1:
         # -v is about the session, not the transport: httpx's one line per request waits for -vv.
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    return asyncio.run(_main(args, token))
+        logging.getLogger("httpx2").setLevel(logging.WARNING)  # the vendors' SDKs' HTTP client
+    return asyncio.run(_main(args, factory))
 
 
 if __name__ == "__main__":

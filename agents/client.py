@@ -300,6 +300,20 @@ class ServerClient:
         except ValueError:
             return None
 
+    async def tool_catalogue(self) -> list[dict]:
+        """The Team tools as the server describes them (GET /api/v1/tools): ``[{"name",
+        "description", "input_schema", ...}]``, for a model that offers them to an LLM.
+        Asked again while the server fails (5xx); a server that does not serve it: []."""
+        response, _ = await self._request("GET", "/api/v1/tools")
+        if response.status_code != 200:
+            log.warning("GET /api/v1/tools answered %s: no tool descriptions for the model", response.status_code)
+            return []
+        try:
+            tools = response.json()
+        except ValueError:
+            return []
+        return [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)] if isinstance(tools, list) else []
+
     async def history(self) -> list[dict]:
         """This member's whole durable history, oldest first."""
         entries: list[dict] = []

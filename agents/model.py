@@ -7,7 +7,14 @@ reply without tool calls ends the turn.
 
 Two models ship here: ``echo`` (answers what it was told, counting its inputs
 across the whole history) and, in ``agents.keyless``, the keyless scripted
-Agent Teams profile. Neither needs a key or a network.
+Agent Teams profile. Neither needs a key or a network. The adapters for real
+models are ``agents.openai_chat`` and ``agents.anthropic_messages``.
+
+A reply may carry the vendor's ``usage`` (tokens in and out, the model's
+name); the turn runner records it on the first entry the reply produced. A
+model that cannot answer raises: ``ModelError`` for a failure it has already
+described (a vendor's refusal after its retries), anything else for a bug;
+either ends the turn with ``reason: error``, never the session.
 """
 from __future__ import annotations
 
@@ -26,9 +33,43 @@ class ToolCall:
 
 
 @dataclass
+class Usage:
+    """What one model reply cost, as the vendor reported it.
+
+    ``input_tokens`` counts every input token of the request, the cached ones
+    included; ``cached_tokens`` says how many of them the vendor read from its
+    prompt cache (billed at its cache price); ``model`` is the name the vendor
+    answered with. Recorded on history entries as docs/protocol.md says.
+    """
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    def as_entry(self) -> dict[str, Any]:
+        """The entry's ``usage`` field, within what docs/protocol.md allows (a name of 1-200
+        characters, counts from 0, the cached ones among the input ones): a server that
+        reported odd numbers must not get the entry refused and the turn held up."""
+        input_tokens = max(0, int(self.input_tokens or 0))
+        return {
+            "model": (str(self.model or "").strip() or "unknown")[:200],
+            "input_tokens": input_tokens,
+            "output_tokens": max(0, int(self.output_tokens or 0)),
+            "cached_tokens": min(max(0, int(self.cached_tokens or 0)), input_tokens),
+        }
+
+
+@dataclass
 class ModelReply:
     text: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None  # recorded with the first entry this reply produces
+
+
+class ModelError(Exception):
+    """The model could not answer this step, and the message says why in words fit for the
+    history (``turn_end.error``): a vendor's refusal, after the retries it allows."""
 
 
 @dataclass
@@ -37,8 +78,11 @@ class StepContext:
 
     ``entries`` is the whole conversation, oldest first, in the history-entry
     format of docs/agents.md (the current turn included). ``turn_id`` and
-    ``step`` say where the session is; ``tools`` lists the tool names it may call;
-    ``instructions`` is the team policy the server serves, when it serves one.
+    ``step`` say where the session is; ``tools`` lists the tool names it may call,
+    ``tool_specs`` the same tools as ``{"name", "description", "input_schema"}``
+    (the Team tools' from ``GET /api/v1/tools``, ``await_message``'s from
+    agents/turns.py) for a model that offers them to an LLM; ``instructions`` is
+    the team policy the server serves, when it serves one.
     """
 
     member: str
@@ -47,6 +91,8 @@ class StepContext:
     step: int
     tools: list[str]
     instructions: str | None = None  # the team policy (GET /api/v1/tools/policy), for a model's system prompt
+    tool_specs: list[dict] = field(default_factory=list)
+    team: str | None = None
 
     # --- helpers models tend to want ----------------------------------------------------
     def turn_entries(self) -> list[dict]:

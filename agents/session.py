@@ -138,6 +138,10 @@ class AgentSession:
                 with contextlib.suppress(BaseException):
                     await task
             await self.client.aclose()
+            close = getattr(self.model, "aclose", None)  # a model holding connections (a vendor SDK's client)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -312,14 +316,19 @@ class AgentSession:
 def _describe(entry: dict) -> str:
     """One entry in a -v line: its kind and what tells it apart."""
     kind = entry.get("kind")
+    usage = entry.get("usage")
+    spent = ""
+    if isinstance(usage, dict):
+        spent = (f" (usage {usage.get('model')}: {usage.get('input_tokens')} in, {usage.get('cached_tokens')} cached, "
+                 f"{usage.get('output_tokens')} out)")
     if kind in ("tool_call", "tool_result"):
         error = entry.get("error")
-        return f"{kind} {entry.get('tool')}" + (f" error {error.get('code')}" if isinstance(error, dict) else "")
+        return f"{kind} {entry.get('tool')}" + (f" error {error.get('code')}" if isinstance(error, dict) else "") + spent
     if kind == "user_message":
         return f"user_message from {(entry.get('source') or {}).get('sender')}"
     if kind == "turn_end":
         return f"turn_end {entry.get('reason')}"
-    return str(kind)
+    return str(kind) + spent
 
 
 async def run_session(server: str, token: str, model_factory: Callable[[str], Any]) -> None:

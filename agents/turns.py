@@ -16,6 +16,15 @@ Session-local tool: ``await_message {sender?, timeout_ms?}`` waits, inside the
 current step, until a message (from ``sender``, if given) is in the inbox; the
 step boundary right after it lets the message in. It never touches the server.
 
+What a step gives the model: the conversation, the tool names and their
+descriptions (the Team tools' from ``GET /api/v1/tools``, read once with the
+team policy, and ``await_message``'s below). What a reply's ``usage`` becomes:
+the ``usage`` field of the first entry the reply produced (its
+``assistant_text``, else its first ``tool_call``), so each reply is counted
+once; a reply with neither is recorded as an empty ``assistant_text`` to carry
+it. A model that raises ends its turn with ``reason: error`` and the error's
+text; the session and its next turns go on.
+
 The runner talks to its session only through ``Conversation``: the session
 holds the conversation, reports entries and status, and calls the Team tools.
 """
@@ -31,13 +40,35 @@ from typing import Protocol
 
 from agents.client import TEAM_TOOLS, ServerClient, ToolError
 from agents.inbox import Inbox
-from agents.model import Model, StepContext
+from agents.model import Model, ModelError, ModelReply, StepContext
 from agents.resume import OpenTurn, ResumePoint
 
 log = logging.getLogger(__name__)
 
 LOCAL_TOOLS = ("await_message",)
 AWAIT_DEFAULT_MS = 600_000
+# await_message as a model sees it (StepContext.tool_specs), beside the Team tools' own descriptions.
+LOCAL_TOOL_SPECS = [
+    {
+        "name": "await_message",
+        "description": "Wait, inside this step, until a message (from `sender`, if given) has arrived for you; "
+        "it enters the conversation right after this call. Answers {timed_out, arrived: [{sender, message_id}]}. "
+        "Runs in your own session: it costs the team nothing while it waits.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "sender": {"type": "string", "description": "wait for a message from this member only"},
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": AWAIT_DEFAULT_MS,
+                    "description": "give up after this long (default 600000: ten minutes)",
+                },
+            },
+            "additionalProperties": False,
+        },
+    }
+]
 
 
 class Conversation(Protocol):
@@ -72,6 +103,7 @@ class Turns:
         self.model = model
         self.model_factory = model_factory
         self.instructions: str | None = None
+        self.tool_specs: list[dict] | None = None  # the tools' descriptions for the model, read once
         self.prompts: deque[dict] = deque()  # human prompts waiting for their turn
         self._prompt_ids: set[str] = set()  # every prompt id seen: queued, running or in the history
         self._prompt_entries: dict[str, dict] = {}  # prompt id -> its entry in the conversation
@@ -128,6 +160,10 @@ class Turns:
             self.model = self.model_factory(session.member or "")
         if self.instructions is None:
             self.instructions = await session.client.policy()
+        if self.tool_specs is None:
+            catalogue = await session.client.tool_catalogue()
+            offered = [{k: t.get(k) for k in ("name", "description", "input_schema")} for t in catalogue]
+            self.tool_specs = [t for t in offered if t["name"] in TEAM_TOOLS] + LOCAL_TOOL_SPECS
         while not self._stopping.is_set():
             if not self._has_work():
                 self._work.clear()
@@ -208,16 +244,25 @@ class Turns:
                 step=step,
                 tools=[*TEAM_TOOLS, *LOCAL_TOOLS],
                 instructions=self.instructions,
+                tool_specs=list(self.tool_specs or LOCAL_TOOL_SPECS),
+                team=self._session.team,
             )
             try:
                 reply = await self._interruptible(self.model.step(context))
+            except ModelError as exc:  # the vendor refused, after the retries it allows: this turn ends
+                log.warning("%s: the model failed at step %s of turn %s: %s", context.member, step, turn_id, exc)
+                return await self._end_turn(turn_id, step, "error", error=str(exc)[:2000] or "ModelError")
             except Exception as exc:  # a failing model ends its turn, not the session
                 log.exception("the model failed at step %s of turn %s", step, turn_id)
                 return await self._end_turn(turn_id, step, "error", error=f"{exc.__class__.__name__}: {exc}"[:2000])
             if reply is None:
                 return await self._end_turn(turn_id, step, "interrupted")
-            if reply.text:
-                await self._report({"kind": "assistant_text", "turn_id": turn_id, "step": step, "text": reply.text})
+            usage = _usage_of(reply)
+            if reply.text or (usage and not reply.tool_calls):
+                entry = {"kind": "assistant_text", "turn_id": turn_id, "step": step, "text": reply.text or ""}
+                if usage:
+                    entry["usage"], usage = usage, None
+                await self._report(entry)
             if not reply.tool_calls:
                 return await self._end_turn(turn_id, step, "done")
             for call in reply.tool_calls:
@@ -231,6 +276,8 @@ class Turns:
                 }
                 if call.name in LOCAL_TOOLS:
                     entry["local"] = True
+                if usage:
+                    entry["usage"], usage = usage, None
                 await self._report(entry)
                 if not await self._run_tool(turn_id, step, entry):
                     return await self._end_turn(turn_id, step, "interrupted")
@@ -330,3 +377,9 @@ class Turns:
         self._in_turn = False
         self._interrupt.clear()
         await self._session.status_set("idle")
+
+
+def _usage_of(reply: ModelReply) -> dict | None:
+    """The reply's usage as the entry field docs/protocol.md describes, or None."""
+    usage = getattr(reply, "usage", None)
+    return usage.as_entry() if usage is not None else None

@@ -43,7 +43,7 @@ def test_no_token_at_all_is_a_usage_error_naming_the_variable():
 @pytest.mark.parametrize(
     "spec, says",
     [
-        ("gpt", "unknown model 'gpt'; choose keyless, echo or package.module:Class"),
+        ("gpt", "unknown model 'gpt'; choose keyless, echo, openai:MODEL, anthropic:MODEL or package.module:Class"),
         ("no_such_package.models:Model", "cannot import 'no_such_package.models'"),
         ("tests.agents.cli_model:Missing", "'tests.agents.cli_model' has no 'Missing'"),
         ("tests.agents.cli_model:NoStep", "is not a model class: it needs an async step(context) method"),

@@ -15,6 +15,16 @@ prompt: agents/keyless.py). The demo operator ``demo`` is created once per
 database with a random password printed that once; later runs keep it (and
 every browser signed in with it), ``--password`` sets a new one.
 
+``--model`` runs the team on a real model instead (``openai:<model>``,
+``anthropic:<model>``, per member as ``lead=...``; repeatable, as ``python -m
+agents host --model``): the host gets the same values, the vendors' keys and
+endpoints come from the environment (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
+``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``), and the kickoff prompt spells
+the workflow out, since a real model has no script: spawn a researcher and an
+implementer, one task each on the board, the second blocked by the first, and
+``TEAM_WORKFLOW_OK`` once both are completed. ``--step-delay`` paces keyless
+members only.
+
 Runs until Ctrl-C; with ``--exit-when-done`` exits 0 once the Lead's
 ``TEAM_WORKFLOW_OK`` for this run's prompt is in its history (non-zero, with
 the reason, on a failure or after ``--timeout`` seconds).
@@ -46,6 +56,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from accounts.tokens import operator_token_create
+from agents.registry import NAMES, member_and_name, models_choose
 from mailbox.api.permissions import is_operator
 from teams.errors import TeamError
 from teams.models import Member, Role, Team
@@ -56,6 +67,19 @@ OPERATOR = "demo"
 KICKOFF = "Run the team workflow: spawn the researcher and the implementer and report when both tasks are done."
 # agents/keyless.py: a prompt with this marker runs the workflow again with the teammates already there.
 KICKOFF_AGAIN = "[next round] Run the team workflow again: the researcher and the implementer take a new task each."
+# A real model has no script: its kickoff says what the keyless Lead knows by heart.
+REAL_KICKOFF = (
+    "Run the team workflow. Spawn two teammates: `researcher` (finds out what a small feature needs) and "
+    "`implementer` (builds it). The researcher creates task-1 on the team board, claims it, writes a short note "
+    "and completes it; the implementer creates task-2 blocked by task-1, and claims and completes it once task-1 "
+    "is completed. Each tells you when their task is done. Wait for them; when both tasks are completed on the "
+    "board, give your final answer and end it with TEAM_WORKFLOW_OK."
+)
+REAL_KICKOFF_AGAIN = (
+    "Run the team workflow again with the teammates you already have, `researcher` and `implementer` (message "
+    "them; do not spawn them again): one new task each on the board, the implementer's blocked by the "
+    "researcher's. When both new tasks are completed, give your final answer and end it with TEAM_WORKFLOW_OK."
+)
 
 
 class DemoFailed(Exception):
@@ -91,6 +115,14 @@ class Command(BaseCommand):
             "boundary, so you can watch (default 1.5: about 40 s of work; 0: full speed)",
         )
         parser.add_argument(
+            "--model",
+            action="append",
+            metavar="[MEMBER=]NAME",
+            help=f"run the team on this model, as python -m agents host --model does: {NAMES}; MEMBER=NAME for "
+            "one member; repeatable (default: the keyless scripted team). The vendors' keys and endpoints come from "
+            "OPENAI_API_KEY / OPENAI_BASE_URL and ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL",
+        )
+        parser.add_argument(
             "--no-wait", action="store_true", help="start the workflow at once, not when a browser opens the team page"
         )
         parser.add_argument("--exit-when-done", action="store_true", help="exit 0 once the Lead says TEAM_WORKFLOW_OK")
@@ -121,8 +153,17 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     # --- the run ------------------------------------------------------------------------------
-    def _run(self, *, port, bind, team, password, step_delay, no_wait, exit_when_done, timeout, **_) -> int:
+    def _run(self, *, port, bind, team, password, step_delay, no_wait, exit_when_done, timeout, model=None, **_) -> int:
         started = time.monotonic()
+        models = list(model or [])
+        try:
+            models_choose(models)  # a name that cannot be used, a missing key or SDK: said now, before anything starts
+        except ValueError as exc:
+            raise CommandError(f"--model: {exc}")
+        named = [member_and_name(value) for value in models]
+        # --step-delay paces the keyless members: everyone without --model, the named ones, and
+        # every member without a model of its own when no default (NAME or *=NAME) is given.
+        keyless = any(name == "keyless" for _, name in named) or all(member != "*" for member, _ in named)
         database = settings.DATABASES["default"]
         where = database["NAME"]
         if not database["ENGINE"].endswith("sqlite3"):
@@ -147,11 +188,18 @@ class Command(BaseCommand):
         daphne = [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), "--access-log", str(access_log)]
         self._spawn("daphne", [*daphne, *timeouts, "config.asgi:application"], logs)
         self._wait_ready(server, timeout=60)
-        self._say(f"Starting the team host (keyless model, {step_delay:g} s per step) ...")
         # -v: host.log tells each session's steers, turns and entries as they happen.
-        host = [sys.executable, "-m", "agents", "host", "--server", server, "--model", "keyless", "-v"]
+        host = [sys.executable, "-m", "agents", "host", "--server", server, "-v"]
+        if models:
+            self._say(f"Starting the team host (models: {', '.join(models)}) ...")
+            host += [arg for value in models for arg in ("--model", value)]
+        else:
+            self._say(f"Starting the team host (keyless model, {step_delay:g} s per step) ...")
+            host += ["--model", "keyless"]
+        if keyless:
+            host += ["--step-delay", str(step_delay)]
         # The host token goes in the environment: a command line is visible to every user (ps).
-        self._spawn("host", [*host, "--step-delay", str(step_delay)], logs, env={"STEERBOARD_TOKEN": host_token})
+        self._spawn("host", host, logs, env={"STEERBOARD_TOKEN": host_token})
         # No session of the Lead's own: the kickoff prompt makes the server ask the
         # host to resume the Lead, as it would for any member without a session.
 
@@ -171,7 +219,7 @@ class Command(BaseCommand):
 
         response = httpx.post(
             f"{server}/api/v1/teams/{team}/prompts",
-            json={"target": "lead", "content": KICKOFF_AGAIN if again else KICKOFF},
+            json={"target": "lead", "content": _kickoff(again, real=bool(models))},
             headers={"Authorization": f"Token {operator_token}"},
             timeout=30,
         )
@@ -331,6 +379,12 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+
+
+def _kickoff(again: bool, real: bool) -> str:
+    if real:
+        return REAL_KICKOFF_AGAIN if again else REAL_KICKOFF
+    return KICKOFF_AGAIN if again else KICKOFF
 
 
 def _port_free(bind: str, port: int) -> bool:
