@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import events, faults, hot_sql, idempotency, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, quota, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -367,6 +367,8 @@ class EntryJob(_writer.Job):
 
     def finish(self) -> None:
         _rings_now(self)
+        if self.usage is not None and self.result:
+            _budget_check(self.member.team_id)
 
 
 class EntriesJob(_writer.Job):
@@ -402,6 +404,8 @@ class EntriesJob(_writer.Job):
 
     def finish(self) -> None:
         _rings_now(self)
+        if any(step.usage is not None and step.result for step in self.done):
+            _budget_check(self.steps[0].member.team_id)
 
 
 class DeliveredJob(_writer.Job):
@@ -434,6 +438,23 @@ def _delivered(cursor, batch, *, member: Member, message_id: str) -> bool:
         data=json.dumps(delivered_record(target=member.name, seq=marked[0])),
     )
     return True
+
+
+_budget_checks: set[asyncio.Task] = set()
+
+
+def _budget_check(team_id: int) -> None:
+    """On the event loop, after an entry reporting usage committed: if that used the team's
+    budget up, the turns under way stop after their step (mailbox/budget.py)."""
+    task = asyncio.ensure_future(to_db_thread(budget.turns_stopped)(team_id=team_id))
+    _budget_checks.add(task)
+    task.add_done_callback(_budget_check_done)
+
+
+def _budget_check_done(task: asyncio.Task) -> None:
+    _budget_checks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("checking the team's budget failed", exc_info=task.exception())
 
 
 def _rings_now(job) -> None:

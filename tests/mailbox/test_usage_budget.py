@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox.models import HumanPrompt, MemberUsage, TeamMessage
+from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MemberUsage, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
 
@@ -184,3 +184,28 @@ async def test_the_servers_default_budget_applies_to_a_team_without_its_own(api,
     member = await database_sync_to_async(lambda: Member.objects.get(name="impl"))()
     assert member.status == "idle"
     await impl.close()
+
+
+async def test_the_reply_that_uses_the_budget_up_stops_the_turns_under_way_after_their_step(api):
+    team = await team_new()
+    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
+    await impl.connect("running")
+    reviewer = Agent(await spawn(api, team["lead"], "alpha", "reviewer"))
+    await reviewer.connect("running")
+    idle_lead = Agent(team["lead"])
+    await idle_lead.connect("idle")
+    ops = await person("ops", operator=True)
+    await api.http.put("/api/v1/teams/alpha/budget", json={"tokens": 1000}, headers=ops)
+
+    await report(impl, reply("r1", input_tokens=400, output_tokens=100))  # 500 of 1000: nothing stops
+    assert await impl.nothing("interrupt") and await reviewer.nothing("interrupt")
+    await report(impl, reply("r2", input_tokens=450, output_tokens=100))  # 1050: used up
+    # Every turn under way is interrupted (it ends after the step it is in); an idle member has none.
+    await impl.expect("interrupt")
+    await reviewer.expect("interrupt")
+    assert await idle_lead.nothing("interrupt")
+    records = await database_sync_to_async(
+        lambda: list(LeadLogRecord.objects.filter(kind=LogKind.BUDGET).values_list("data", flat=True)))()
+    assert {"exhausted": True, "used": 1050, "tokens": 1000, "interrupted": ["impl", "reviewer"]} in records
+    for agent in (impl, reviewer, idle_lead):
+        await agent.close()
