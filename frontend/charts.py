@@ -8,9 +8,10 @@ how many messages a team ever had:
 - deliveries per (target, minute) since the window's start, counted in SQL on the
   (team, delivered_at) index;
 - queued messages per (target, minute) on the (team, queued_at) index;
+- cancellations per (target, minute), on the partial (team, cancelled_at) index;
 - the pending depth now (``mailbox.selectors.member_counts``): the depth over the
   window is walked back from it, bucket by bucket (depth before a bucket = depth
-  after it − queued in it + delivered in it);
+  after it − queued in it + delivered in it + cancelled in it);
 - the latencies of the newest ``LATENCY_SAMPLE`` deliveries in the window (the
   same index, newest first): p50 and p95 per bucket and for the window. A window
   with more deliveries than that says ``"sampled": true``.
@@ -99,6 +100,14 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
             .annotate(n=Count("pk"))
             .order_by()
         )
+        # Cancelled messages left the pending depth too: the few of them, by their partial index.
+        cancelled_rows = list(
+            TeamMessage.objects.filter(team=team, cancelled_at__isnull=False, cancelled_at__gte=start)
+            .annotate(minute=TruncMinute("cancelled_at"))
+            .values("target_id", "minute")
+            .annotate(n=Count("pk"))
+            .order_by()
+        )
         latencies = list(
             TeamMessage.objects.filter(team=team, delivered_at__gte=start)
             .order_by("-delivered_at")
@@ -112,7 +121,8 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
     ids = [m.pk for m in roster]
     delivered = {pk: [0] * window.buckets for pk in ids}
     queued = {pk: [0] * window.buckets for pk in ids}
-    for rows, into in ((delivered_rows, delivered), (queued_rows, queued)):
+    cancelled = {pk: [0] * window.buckets for pk in ids}
+    for rows, into in ((delivered_rows, delivered), (queued_rows, queued), (cancelled_rows, cancelled)):
         for row in rows:
             i = bucket_of(row["minute"]) if row["minute"] is not None else None
             if i is not None and row["target_id"] in into:
@@ -132,7 +142,7 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
         level = depth_now
         for i in range(window.buckets - 1, -1, -1):
             depth[i] = level  # the depth at the end of bucket i
-            level = max(0, level - queued[member.pk][i] + delivered[member.pk][i])
+            level = max(0, level - queued[member.pk][i] + delivered[member.pk][i] + cancelled[member.pk][i])
         flat = [v for bucket in samples[member.pk] for v in bucket]
         members.append(
             {
@@ -148,6 +158,7 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
                     "queued": c["queued"],
                     "accepted": c["accepted"],
                     "delivered": sum(delivered[member.pk]),
+                    "cancelled": sum(cancelled[member.pk]),
                     "rate": round(sum(delivered[member.pk]) / window.minutes, 3),
                     "p50": _round(percentile(flat, 0.5)),
                     "p95": _round(percentile(flat, 0.95)),
@@ -175,6 +186,7 @@ def chart_series(*, team: Team, window: Window, now: datetime | None = None) -> 
             "numbers": {
                 "depth": sum(m["numbers"]["depth"] for m in members),
                 "delivered": sum(team_delivered),
+                "cancelled": sum(m["numbers"]["cancelled"] for m in members),
                 "rate": round(sum(team_delivered) / window.minutes, 3),
                 "p50": _round(percentile(team_flat, 0.5)),
                 "p95": _round(percentile(team_flat, 0.95)),

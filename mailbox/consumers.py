@@ -311,7 +311,7 @@ class AgentConsumer(_JsonFrames):
         exc = write.exception()
         if exc is None:
             self.steered.discard(message_id)
-            self.push({"type": "session.frame", "frame": {"type": "ack", "entry_id": entry_id, "folded": not write.result()}})
+            self.push({"type": "session.frame", "frame": {"type": "ack", **hot_path.entry_ack(entry_id, write.result())}})
         elif isinstance(exc, TeamError):
             self.push({"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}})
         elif outage.noted(exc, "an entry") is not None:

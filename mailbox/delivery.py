@@ -24,6 +24,9 @@ accepted       recovery: undelivered for REDELIVER_AFTER,   accepted      team/m
                or a session says hello: pushed again        (repushes+1)  (redelivery: true)
 queued or      an operator's retry (before the admission    unchanged     team/message/retried
 accepted       it runs)
+queued or      an operator cancels it: never pushed or      cancelled     team/message/cancelled
+accepted       replayed again, an entry for it records      (final)
+               nothing
 =============  ===========================================  ============  ==========================
 
 Who writes each transition (docs/delivery.md, "Who writes what"): the send
@@ -57,7 +60,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from mailbox import events, faults, hosts, lead_log, selectors, usage, wire
-from mailbox.lead_log import accepted_record, failed_record, retried_record
+from mailbox.lead_log import accepted_record, cancelled_record, failed_record, retried_record
 from mailbox.models import PENDING_STATES, LogKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
@@ -239,7 +242,7 @@ def messages_retry(*, messages: list[TeamMessage], by: str) -> int:
     each undelivered one gets a `retried` record, then its target's admission runs again
     (which pushes every undelivered message of that target, in seq order). Answers how many
     of ``messages`` were retried."""
-    undelivered = [m for m in messages if m.state != MessageState.DELIVERED]
+    undelivered = [m for m in messages if m.state in PENDING_STATES]
     if not undelivered:
         return 0
     retry_logged(messages=undelivered, by=by)
@@ -321,6 +324,39 @@ def _admission_failed(*, target: Member, pending: list[TeamMessage], error: str,
         target=target.name,
         name_messages=False,
     )
+
+
+def message_cancel(*, message: TeamMessage, by: str) -> TeamMessage:
+    """An operator takes back a message that is not delivered yet: it becomes ``cancelled``
+    (final), is never pushed or replayed again, and the entry of a push already in flight
+    records nothing (mailbox/hot_path.py's EntryJob). Whichever commits first wins: a
+    delivered message is refused (409 ``MESSAGE_ALREADY_DELIVERED``); cancelling a
+    cancelled one answers it as it is."""
+    with transaction.atomic():
+        # The target's row lock, as admission takes it: no push of it interleaves.
+        Member.objects.select_for_update(no_key=True, of=("self",)).filter(pk=message.target_id).first()
+        locked = (
+            TeamMessage.objects.select_for_update(no_key=True, of=("self",)).select_related("target").get(pk=message.pk)
+        )
+        if locked.state == MessageState.DELIVERED:
+            raise TeamError(
+                ErrorCode.MESSAGE_ALREADY_DELIVERED,
+                f"Message #{locked.seq} to {locked.target.name} is already in its history; it cannot be cancelled.",
+            )
+        if locked.state == MessageState.CANCELLED:
+            return locked
+        previous = locked.state
+        TeamMessage.objects.filter(pk=locked.pk).update(
+            state=MessageState.CANCELLED, cancelled_at=timezone.now(), last_error=""
+        )
+        lead_log.message_logged(
+            message=locked,
+            kind=LogKind.MESSAGE_CANCELLED,
+            data=cancelled_record(target=locked.target.name, seq=locked.seq, state=previous, by=by),
+            target=locked.target.name,
+        )
+    locked.refresh_from_db()
+    return locked
 
 
 def message_admit_stored(*, message_id: str, target_id: int) -> tuple[str, Admission]:

@@ -266,8 +266,22 @@ class SendJob(_writer.Job):
         }
 
 
+# An entry's result: True (stored), False (folded: already in the history), or this: it names a
+# message an operator cancelled, and records nothing (its acknowledgement says so).
+ENTRY_CANCELLED = "cancelled"
+
+
+def entry_ack(entry_id: str, result) -> dict:
+    """What an entry's acknowledgement says (websocket ``ack``, REST ``acks``)."""
+    ack = {"entry_id": entry_id, "folded": result is not True}
+    if result == ENTRY_CANCELLED:
+        ack["cancelled"] = True
+    return ack
+
+
 class EntryJob(_writer.Job):
-    """Store one history entry (a repeat folds); a team message's entry marks it delivered in the same commit."""
+    """Store one history entry (a repeat folds); a team message's entry marks it delivered in the
+    same commit; the entry of a cancelled message records nothing."""
 
     def __init__(self, *, member: Member, entry: wire.Entry):
         super().__init__()
@@ -302,13 +316,18 @@ class EntryJob(_writer.Job):
                 ])
             if self.message_id and not self._delivered_deferred():
                 self.delivered = _delivered(cursor, batch, member=member, message_id=self.message_id)
-            if self.message_id and not self.delivered:  # folded, deferred, or not this member's message at all
-                cursor.execute(sql.message_is_mine, [self.message_id, member.pk])
-                if cursor.fetchone() is None:
+            self.result = inserted is not None
+            if self.message_id and not self.delivered:  # folded, deferred, cancelled, or not this member's
+                cursor.execute(sql.message_state, [self.message_id, member.pk])
+                state = cursor.fetchone()
+                if state is None:
                     self._not_mine(cursor, inserted)
+                if state[0] == MessageState.CANCELLED:  # the batch holds the write lock: no cancel interleaves
+                    if inserted is not None:
+                        cursor.execute(sql.entry_undo, [inserted])
+                    self.result = ENTRY_CANCELLED
             if self.prompt_id:
                 cursor.execute(sql.prompt_started, [now, self.prompt_id, member.pk])
-        self.result = inserted is not None
 
     def piped(self, batch) -> tuple[str, dict] | None:
         sql = hot_sql.statements(batch.db)
@@ -329,12 +348,13 @@ class EntryJob(_writer.Job):
         return sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
-        inserted, seq, mine = row
+        inserted, seq, state = row
         self.delivered = seq is not None
-        if self.message_id and not mine:
+        if self.message_id and state is None:
             with hot_sql.HotCursor(batch.db) as cursor:
                 self._not_mine(cursor, inserted)
-        self.result = inserted is not None
+        # A cancelled message's entry was not stored (the statement locked the message first).
+        self.result = ENTRY_CANCELLED if self.message_id and state == MessageState.CANCELLED else inserted is not None
 
     def _not_mine(self, cursor, inserted: int | None) -> None:
         """The entry names a message never addressed to this member: store nothing, refuse."""
@@ -359,7 +379,7 @@ class EntryJob(_writer.Job):
         rings = []
         if self.delivered:
             rings.append((team_id, "message", {"target": name}))
-        elif self.result:
+        elif self.result is True:
             rings.append((team_id, "usage" if self.usage is not None else "entry", {"member": name}))
         if self.prompt_id:
             rings.append((team_id, "prompt", {"member": name}))
@@ -367,7 +387,7 @@ class EntryJob(_writer.Job):
 
     def finish(self) -> None:
         _rings_now(self)
-        if self.usage is not None and self.result:
+        if self.usage is not None and self.result is True:
             _budget_check(self.member.team_id)
 
 
@@ -390,7 +410,7 @@ class EntriesJob(_writer.Job):
                 refusal = exc
                 break
             self.done.append(step)
-        self.result = ([{"entry_id": s.entry_id, "folded": not s.result} for s in self.done], refusal)
+        self.result = ([entry_ack(s.entry_id, s.result) for s in self.done], refusal)
 
     def committed(self) -> None:
         for step in self.done:
@@ -404,7 +424,7 @@ class EntriesJob(_writer.Job):
 
     def finish(self) -> None:
         _rings_now(self)
-        if any(step.usage is not None and step.result for step in self.done):
+        if any(step.usage is not None and step.result is True for step in self.done):
             _budget_check(self.steps[0].member.team_id)
 
 
@@ -554,8 +574,9 @@ def message_send_now(*, sender: Member, target_name: str, content: str, reply_to
     return _admit_and_answer(job)
 
 
-def entry_record(*, member: Member, entry: dict | wire.Entry) -> bool:
-    """One history entry on this thread; whether it was new (False: folded)."""
+def entry_record(*, member: Member, entry: dict | wire.Entry) -> bool | str:
+    """One history entry on this thread; whether it was new (False: folded; ENTRY_CANCELLED:
+    it names a cancelled message and recorded nothing)."""
     entry = entry if isinstance(entry, wire.Entry) else wire.Entry.model_validate(entry)
     return run_now(EntryJob(member=member, entry=entry))
 

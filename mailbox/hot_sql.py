@@ -64,7 +64,9 @@ class Statements:
         prompts = HumanPrompt._meta.db_table
         pending = _listed(*PENDING_STATES)
         refusing = _listed(*TARGET_REFUSING_PHASES)
-        queued, accepted, delivered = (f"'{s}'" for s in (MessageState.QUEUED, MessageState.ACCEPTED, MessageState.DELIVERED))
+        queued, accepted, delivered, cancelled = (
+            f"'{s}'" for s in (MessageState.QUEUED, MessageState.ACCEPTED, MessageState.DELIVERED, MessageState.CANCELLED)
+        )
 
         def counted(state: str) -> str:
             # One index range per state ((target, state, seq)): the pending few, never the inbox.
@@ -101,7 +103,7 @@ class Statements:
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
             f"RETURNING seq"
         )
-        self.message_is_mine = f"SELECT 1 FROM {message} WHERE id = %s AND target_id = %s"
+        self.message_state = f"SELECT state FROM {message} WHERE id = %s AND target_id = %s"
         self.prompt_started = (
             f"UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %s "
             f"WHERE id = %s AND target_id = %s AND state = '{PromptState.QUEUED}'"
@@ -206,9 +208,14 @@ class Statements:
             skip_existing=True,
         )
         def entry(usage_clause: str = "") -> str:
+            # The message the entry names is locked first (an operator's cancel takes the same
+            # lock): the entry is stored only for a message of this member that is not
+            # cancelled, so a cancel and the entry of a push already in flight never both win.
             return (
-                f"WITH h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
-                f"VALUES (%(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s) "
+                f"WITH lk AS (SELECT state FROM {message} WHERE id = %(message)s AND target_id = %(member)s FOR UPDATE), "
+                f"h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
+                f"SELECT %(member)s, %(entry_id)s, %(kind)s, %(message)s, %(prompt)s, CAST(%(data)s AS jsonb), %(now)s "
+                f"WHERE CAST(%(message)s AS text) IS NULL OR EXISTS (SELECT 1 FROM lk WHERE state <> {cancelled}) "
                 f"ON CONFLICT DO NOTHING RETURNING id), "
                 f"d AS (UPDATE {message} SET state = {delivered}, delivered_at = %(now)s, "
                 f"accepted_at = COALESCE(accepted_at, %(now)s) "
@@ -220,8 +227,7 @@ class Statements:
                 f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
                 f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
                 f"{usage_clause}"
-                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), "
-                f"EXISTS (SELECT 1 FROM {message} WHERE id = %(message)s AND target_id = %(member)s)"
+                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk)"
             )
 
         self.entry_piped = entry()

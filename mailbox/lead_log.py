@@ -31,6 +31,7 @@ MESSAGE_FIELDS: dict[str, tuple[str, ...]] = {
     LogKind.MESSAGE_FAILED: ("target", "seq", "error", "waiting"),
     LogKind.MESSAGE_RETRIED: ("target", "seq", "state", "by"),
     LogKind.MESSAGE_DELIVERED: ("target", "seq"),
+    LogKind.MESSAGE_CANCELLED: ("target", "seq", "state", "by"),
 }
 
 
@@ -65,6 +66,11 @@ def retried_record(*, target, seq, state, by) -> dict:
 def delivered_record(*, target, seq) -> dict:
     """The target's history holds the message."""
     return _record(LogKind.MESSAGE_DELIVERED, target, seq)
+
+
+def cancelled_record(*, target, seq, state, by) -> dict:
+    """An operator (``by``) cancelled the message while it was ``state`` (queued or accepted)."""
+    return _record(LogKind.MESSAGE_CANCELLED, target, seq, state, by)
 
 
 # --- the SQL that appends records -----------------------------------------------------------------
@@ -113,6 +119,7 @@ EVENT_KINDS = {
     LogKind.MESSAGE_FAILED: "failed",
     LogKind.MESSAGE_RETRIED: "retried",
     LogKind.MESSAGE_DELIVERED: "delivered",
+    LogKind.MESSAGE_CANCELLED: "cancelled",
 }
 
 

@@ -22,6 +22,7 @@ class MessageState(models.TextChoices):
     QUEUED = "queued"
     ACCEPTED = "accepted"
     DELIVERED = "delivered"
+    CANCELLED = "cancelled"  # an operator took it back before it was delivered: final
 
 
 # The states a message waits for delivery in: what counts against its target's mailbox
@@ -75,6 +76,7 @@ class TeamMessage(models.Model):
     queued_at = models.DateTimeField()
     accepted_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["target", "seq"], name="message_seq_unique_per_target")]
@@ -88,6 +90,9 @@ class TeamMessage(models.Model):
             # by thread, only the replies are indexed (a root is found by its id).
             models.Index(fields=["sender", "-queued_at"], name="message_sender_recent"),
             models.Index(fields=["thread_id"], name="message_thread", condition=~Q(thread_id="")),
+            # The charts' cancellations in a time window: the few cancelled messages only.
+            models.Index(fields=["team", "cancelled_at"], name="message_team_cancelled",
+                         condition=Q(cancelled_at__isnull=False)),
         ]
 
 
@@ -99,6 +104,7 @@ class LogKind(models.TextChoices):
     MESSAGE_DELIVERED = "team/message/delivered"
     MESSAGE_FAILED = "team/message/failed"
     MESSAGE_RETRIED = "team/message/retried"  # an operator asked for admission again
+    MESSAGE_CANCELLED = "team/message/cancelled"  # an operator took it back before it was delivered
     BUDGET = "team/budget"  # an operator set the team's token budget (mailbox/budget.py)
 
 

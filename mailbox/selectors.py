@@ -27,6 +27,7 @@ def message_out(message: TeamMessage) -> dict:
         "queued_at": iso(message.queued_at),
         "accepted_at": iso(message.accepted_at),
         "delivered_at": iso(message.delivered_at),
+        "cancelled_at": iso(message.cancelled_at),
         "attempts": message.attempts,
         "failures": message.failures,
         "repushes": message.repushes,
@@ -137,12 +138,12 @@ def messages_matching(
     planner scan the roster and sort a member's whole history instead.)"""
     ids = {m.name: pk for pk, m in roster.items()}
     if state and state not in MessageState.values:
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "state is queued, accepted or delivered.")
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"state is one of {', '.join(MessageState.values)}.")
     if (target and target not in ids) or (sender and sender not in ids):
         return TeamMessage.objects.none()
     if pending or state in PENDING_STATES:
         states = [state] if state else list(PENDING_STATES)
-        if state == MessageState.DELIVERED:
+        if state and state not in PENDING_STATES:
             return TeamMessage.objects.none()
         qs = TeamMessage.objects.filter(team=team, state__in=states)
         if target:
@@ -153,6 +154,8 @@ def messages_matching(
             qs = qs.filter(target_id=ids[target])
         if state:
             qs = qs.filter(state=state)
+        if state == MessageState.CANCELLED:  # the few cancelled ones, through their partial index
+            qs = qs.filter(cancelled_at__isnull=False)
     if sender:
         qs = qs.filter(sender_id=ids[sender])
     if thread:

@@ -22,6 +22,11 @@ urlpatterns = [
         operators.MessageRetryView.as_view(),
         name="message-retry",
     ),
+    path(
+        "teams/<str:team>/messages/<str:message_id>/cancel",
+        operators.MessageCancelView.as_view(),
+        name="message-cancel",
+    ),
     path("teams/<str:team>/members/<str:member>/retry", operators.TargetRetryView.as_view(), name="target-retry"),
     path(
         "teams/<str:team>/members/<str:member>/tokens/revoke",

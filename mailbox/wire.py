@@ -318,6 +318,9 @@ class Ack(_ServerFrame):
     type: Literal["ack"]
     entry_id: str
     folded: bool = Field(description="true: the history already held this entry (or its team message)")
+    cancelled: bool | None = Field(
+        None, description="true: the entry names a message an operator cancelled; nothing was recorded"
+    )
 
 
 class ErrorFrame(_ServerFrame):

@@ -34,6 +34,7 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "RATE_LIMITED"
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
+    MESSAGE_ALREADY_DELIVERED = "MESSAGE_ALREADY_DELIVERED"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     # Never raised as a refusal: why a message or prompt waits (the team's token budget is
     # used up: mailbox/usage.py), in a send's delivery observation, a message's last_error
@@ -61,6 +62,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.TASK_DEPENDENCY_CYCLE: 409,
     ErrorCode.TASK_HAS_DEPENDANTS: 409,
     ErrorCode.IDEMPOTENCY_KEY_CONFLICT: 409,
+    ErrorCode.MESSAGE_ALREADY_DELIVERED: 409,
     ErrorCode.TEAM_MESSAGE_TOO_LARGE: 413,
     ErrorCode.TEAM_MAILBOX_FULL: 429,
     ErrorCode.TOO_MANY_WAITS: 429,

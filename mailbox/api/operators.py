@@ -254,3 +254,16 @@ class TeamBudgetView(_Api):
         )
 
     post = put
+
+
+class MessageCancelView(_Api):
+    permission_classes = [CanReadTeam, IsOperator]
+
+    @extend_schema(
+        request=None, responses=OpenApiTypes.OBJECT,
+        summary="Cancel a message not yet delivered: it is never pushed or replayed again (409 once delivered)",
+    )
+    def post(self, request, team, message_id):
+        message = selectors.message_get(team=self.team(), message_id=message_id)
+        delivery.message_cancel(message=message, by=request.user.get_username())
+        return Response({"message": selectors.message_out(selectors.message_get(team=self.team(), message_id=message_id))})

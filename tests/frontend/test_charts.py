@@ -52,7 +52,7 @@ def test_the_series_count_deliveries_per_minute_walk_the_depth_back_and_take_per
     lead_series = next(m for m in data["members"] if m["name"] == "lead")
     assert sum(impl_series["rate"]) == 10  # 1-minute buckets: msg/min == messages in that minute
     assert impl_series["numbers"] == {
-        "depth": 2, "queued": 2, "accepted": 0, "delivered": 10, "rate": round(10 / 15, 3), "p50": 1.0, "p95": 60.0,
+        "depth": 2, "queued": 2, "accepted": 0, "delivered": 10, "cancelled": 0, "rate": round(10 / 15, 3), "p50": 1.0, "p95": 60.0,
     }
     assert impl_series["depth"][-1] == 2
     assert impl_series["depth"][0] >= 1  # the three-hour-old message was pending all along

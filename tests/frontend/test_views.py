@@ -73,7 +73,7 @@ def test_snapshot_reads_the_same_bounded_windows_for_ten_messages_or_two_thousan
     large, large_queries = measure(2000)
     assert large_queries == small_queries
     impl = next(m for m in large["members"] if m["name"] == "implementer")
-    assert impl["counts"] == {"queued": 5, "accepted": 0, "delivered": 2000}
+    assert impl["counts"] == {"queued": 5, "accepted": 0, "delivered": 2000, "cancelled": 0}
     assert len(impl["messages"]["delivered"]) == selectors.DELIVERED_WINDOW
     assert [m["seq"] for m in impl["messages"]["delivered"]][:2] == [2000, 1999]  # newest first
     assert [m["seq"] for m in impl["messages"]["queued"]] == [2001, 2002, 2003, 2004, 2005]
@@ -142,7 +142,7 @@ def test_team_list_summarises_statuses_messages_and_open_tasks(client):
     team_services.task_create(member=lead, subject="s", description="", blocked_by=[], write_scopes=[])
     client.force_login(_user("viewer", operator=False))
     [summary] = client.get("/teams.json").json()["teams"]
-    assert summary["messages"] == {"queued": 2, "accepted": 0, "delivered": 3}
+    assert summary["messages"] == {"queued": 2, "accepted": 0, "delivered": 3, "cancelled": 0}
     assert summary["open_tasks"] == 1
     assert [(m["name"], m["status"]) for m in summary["members"]] == [
         ("lead", "inactive"),
@@ -248,7 +248,7 @@ def test_team_list_reads_only_pending_messages_however_many_were_delivered():
     small, small_queries = measure(3)
     large, large_queries = measure(1500)
     assert large_queries == small_queries
-    assert large["messages"] == {"queued": 0, "accepted": 0, "delivered": 1500}
+    assert large["messages"] == {"queued": 0, "accepted": 0, "delivered": 1500, "cancelled": 0}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -288,7 +288,7 @@ def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only
     lane = next(m for m in snapshot["members"] if m["name"] == "implementer")
     columns = [state for state, listed in lane["messages"].items() if any(m["id"] == sent.id for m in listed)]
     assert columns == ["queued"]  # the moment the read began
-    assert lane["counts"] == {"queued": 1, "accepted": 0, "delivered": 0}
+    assert lane["counts"] == {"queued": 1, "accepted": 0, "delivered": 0, "cancelled": 0}
     # The next read sees the delivery.
     lane = next(m for m in selectors.team_snapshot(team=team)["members"] if m["name"] == "implementer")
     assert [m["id"] for m in lane["messages"]["delivered"]] == [sent.id] and lane["counts"]["delivered"] == 1

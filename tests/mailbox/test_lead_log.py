@@ -12,6 +12,7 @@ from mailbox import delivery, faults, hot_path, lead_log, wire
 from mailbox.lead_log import (
     MESSAGE_FIELDS,
     accepted_record,
+    cancelled_record,
     delivered_record,
     failed_record,
     queued_record,
@@ -31,6 +32,7 @@ BUILDERS = {
     LogKind.MESSAGE_FAILED: failed_record,
     LogKind.MESSAGE_RETRIED: retried_record,
     LogKind.MESSAGE_DELIVERED: delivered_record,
+    LogKind.MESSAGE_CANCELLED: cancelled_record,
 }
 
 
@@ -111,8 +113,10 @@ async def test_every_record_of_admission_and_recovery_has_the_fields_the_lead_lo
     # An operator's retry admits the failed one; a redelivery pushes it again.
     assert await database_sync_to_async(delivery.messages_retry)(messages=[failed], by="ops") == 1
     await database_sync_to_async(delivery.target_admit)(target_id=target.pk, redeliver=True)
+    taken_back, _ = await send(sender=lead, target_name="reviewer", content="an operator takes it back")
+    await database_sync_to_async(delivery.message_cancel)(message=taken_back, by="ops")
 
-    written = [r for m in (delivered, failed, waits) for r in await records_of(m.id)]
+    written = [r for m in (delivered, failed, waits, taken_back) for r in await records_of(m.id)]
     assert {kind for kind, _ in written} == set(MESSAGE_FIELDS)
     assert_shaped(written)
     [wait] = [d for kind, d in await records_of(waits.id) if kind == LogKind.MESSAGE_FAILED]

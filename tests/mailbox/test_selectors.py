@@ -50,12 +50,12 @@ def test_pending_messages_come_in_seq_order_by_state_and_the_counts_need_no_scan
     assert [m.sender.name for m in selectors.pending_of(target=worker)] == ["lead", "lead"]
 
     counts = selectors.member_counts(team=team)
-    assert counts[worker.pk] == {"queued": 1, "accepted": 1, "delivered": 1}
-    assert counts[lead.pk] == {"queued": 0, "accepted": 0, "delivered": 0}
+    assert counts[worker.pk] == {"queued": 1, "accepted": 1, "delivered": 1, "cancelled": 0}
+    assert counts[lead.pk] == {"queued": 0, "accepted": 0, "delivered": 0, "cancelled": 0}
     summary = selectors.team_summary(team=team)
     by_name = {m["name"]: m for m in summary["members"]}
     assert summary["team"] == "selectors"
-    assert {k: by_name["worker"][k] for k in ("queued", "accepted", "delivered")} == counts[worker.pk]
+    assert {k: by_name["worker"][k] for k in ("queued", "accepted", "delivered", "cancelled")} == counts[worker.pk]
 
 
 def test_message_pages_are_newest_first_and_never_skip_or_repeat_and_a_retry_takes_the_oldest_first():

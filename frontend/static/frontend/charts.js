@@ -130,6 +130,7 @@ function numbers(scope, n, windowKey) {
   return h("dl", { class: "chart-numbers", "data-chart-numbers": scope },
     h("div", {}, h("dt", {}, "pending now"), h("dd", { "data-number": "depth" }, n.depth)),
     h("div", {}, h("dt", {}, `delivered (${WINDOW_NAMES[windowKey]})`), h("dd", { "data-number": "delivered" }, n.delivered)),
+    n.cancelled ? h("div", {}, h("dt", {}, `cancelled (${WINDOW_NAMES[windowKey]})`), h("dd", { "data-number": "cancelled" }, n.cancelled)) : null,
     h("div", {}, h("dt", {}, "msg/min"), h("dd", { "data-number": "rate" }, perMinute(n.rate))),
     h("div", {}, h("dt", {}, "p50"), h("dd", { "data-number": "p50" }, seconds(n.p50))),
     h("div", {}, h("dt", {}, "p95"), h("dd", { "data-number": "p95" }, seconds(n.p95))));

@@ -11,7 +11,8 @@ import { followSnapshot, announce } from "./announce.js";
 import { latencyChart, startCharts } from "./charts.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const STATES = ["queued", "accepted", "delivered"];
+const STATES = ["queued", "accepted", "delivered"];  // a lane's columns
+const BAR_STATES = [...STATES, "cancelled"];  // its bar: every state, cancelled its own
 const body = document.body;
 const page = body.dataset.page;
 
@@ -205,16 +206,16 @@ export async function operatorPost(url, payload) {
 
 // ---------------------------------------------------------------- pictures
 function stateBar(counts) {
-  const total = STATES.reduce((sum, st) => sum + counts[st], 0);
+  const total = BAR_STATES.reduce((sum, st) => sum + (counts[st] || 0), 0);
   const svg = s("svg", { class: "bar", viewBox: "0 0 100 6", preserveAspectRatio: "none", role: "img", "data-chart": "states" });
-  svg.append(s("title", {}, STATES.map((st) => `${counts[st]} ${st}`).join(", ")));
+  svg.append(s("title", {}, BAR_STATES.map((st) => `${counts[st]} ${st}`).join(", ")));
   if (total === 0) {
     svg.append(s("rect", { x: 0, y: 0, width: 100, height: 6, class: "empty" }));
     return svg;
   }
   let x = 0;
-  for (const st of STATES) {
-    const w = (counts[st] / total) * 100;
+  for (const st of BAR_STATES) {
+    const w = ((counts[st] || 0) / total) * 100;
     if (w > 0) svg.append(s("rect", { x: x.toFixed(3), y: 0, width: w.toFixed(3), height: 6, class: `fill-${st}`, "data-state": st, "data-count": counts[st] }));
     x += w;
   }
@@ -224,7 +225,15 @@ function stateBar(counts) {
 // ---------------------------------------------------------------- team page
 // One message card, on the team page and on the team messages page (console.js, withTarget).
 export function messageItem(team, m, canAct, { withTarget = false } = {}) {
-  const retry = canAct && m.state !== "delivered"
+  const pending = m.state === "queued" || m.state === "accepted";
+  const cancel = canAct && pending
+    ? h("button", {
+        type: "button", class: "small", "data-action": "cancel", "data-cancel-message": m.id, "aria-label": `Cancel message #${m.seq} from ${m.sender}`,
+        title: "Take this message back: it is never pushed or replayed again",
+        onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/cancel`, "cancelled"),
+      }, "cancel")
+    : null;
+  const retry = canAct && pending
     ? h("button", {
         type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id, "aria-label": `Retry message #${m.seq} from ${m.sender}`,
         title: "Run admission again for this message",
@@ -238,14 +247,14 @@ export function messageItem(team, m, canAct, { withTarget = false } = {}) {
     h("div", { class: "msg-head" },
       h("span", { class: "seq" }, `#${m.seq}`), " from ", h("b", { class: "sender" }, m.sender),
       withTarget ? [" to ", h("b", { class: "target" }, m.target), " ", h("span", { class: `pill state-${m.state}` }, m.state)] : null,
-      h("span", { class: "times" }, timeEl("queued", m.queued_at), timeEl("accepted", m.accepted_at), timeEl("delivered", m.delivered_at)),
+      h("span", { class: "times" }, timeEl("queued", m.queued_at), timeEl("accepted", m.accepted_at), timeEl("delivered", m.delivered_at), timeEl("cancelled", m.cancelled_at)),
       latency,
       m.failures ? h("span", { class: "muted", "data-failures": m.failures }, `${m.failures} failed`) : null,
       m.repushes ? h("span", { class: "muted", "data-repushes": m.repushes }, `re-pushed ${m.repushes}×`) : null,
       h("a", { class: "small trace-link", href: `/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/`, "data-trace-link": m.id,
         "aria-label": `Trace of message #${m.seq}` }, "trace"),
-      retry),
-    m.last_error && m.state !== "delivered" ? h("div", { class: "last-error", role: "note" }, m.last_error) : null,
+      retry, cancel),
+    m.last_error && pending ? h("div", { class: "last-error", role: "note" }, m.last_error) : null,
     body);
 }
 
@@ -357,7 +366,8 @@ function lane(team, member, canAct, openState, color) {
     member.description ? h("p", { class: "desc muted small" }, member.description) : null,
     h("div", { class: "pictures" },
       h("div", { class: "bar-wrap" }, stateBar(counts),
-        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`))),
+        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`,
+          counts.cancelled ? h("span", { "data-count": "cancelled" }, ` · ${counts.cancelled} cancelled`) : null))),
     h("div", { class: "lane-charts", "data-lane-charts": member.name }),
     prompts,
     h("div", { class: "cols" }, cols),
@@ -442,12 +452,12 @@ function renderTeam(snap) {
   document.dispatchEvent(new CustomEvent("dashboard:rendered", { detail: snap }));
 }
 
-async function act(button, url) {
+async function act(button, url, done = "retried") {
   button.disabled = true;
   button.classList.remove("failed");
   try {
     await operatorPost(url);
-    button.textContent = "retried";
+    button.textContent = done;
   } catch (error) {
     button.textContent = "refused";
     button.classList.add("failed");

@@ -1,0 +1,41 @@
+"""An operator cancels a waiting message from the team page (issue 28 item 4), in real Chromium
+against a real daphne: the card's cancel button takes it out of the queue, the lane counts it
+as cancelled, its trace ends on the cancel, and the session that connects later never gets it."""
+import pytest
+from playwright.sync_api import expect
+
+from tests.frontend.conftest import login, open_team, screenshot, tool
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+
+
+def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(live_env, daphne_server, page, agents):
+    server = daphne_server
+    team = live_env.team_create("undo")
+    lead = team["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    keep = tool(server, lead, "send_message", target="coder", message="Build the parser.")
+    drop = tool(server, lead, "send_message", target="coder", message="Delete the repository.")
+    assert keep["status"] == drop["status"] == "queued"  # nobody runs coder yet
+    live_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "undo")
+
+    lane = page.locator('[data-member="coder"]')
+    card = lane.locator(f'[data-message-id="{drop["message_id"]}"]')
+    expect(card).to_have_attribute("data-state", "queued")
+    card.locator('[data-action="cancel"]').click()
+    expect(card).to_have_count(0)
+    expect(lane.locator('[data-count="cancelled"]')).to_contain_text("1 cancelled")
+    expect(lane.locator(f'[data-message-id="{keep["message_id"]}"]')).to_have_attribute("data-state", "queued")
+    screenshot(page, "cancel-1-lane")
+
+    # coder's session connects: only the message that was not cancelled is replayed.
+    coder = agents(server, live_env.manage_json("member_token", "undo", "coder")["token"], "idle")
+    assert coder.welcome["replay"] == 1
+    assert coder.recv("steer")["message"]["id"] == keep["message_id"]
+
+    page.goto(f"{server.url}/teams/undo/messages/{drop['message_id']}/")
+    expect(page.locator('[data-event="cancelled"]')).to_be_visible()
+    expect(page.locator('[data-event="cancelled"]')).to_contain_text("op")
+    screenshot(page, "cancel-2-trace")
