@@ -8,10 +8,11 @@ fixed rate (`--rate`, REST sends to scripted wire sessions, as bench/latency.py
 measures it) while nothing else happens, then while an A2A burst runs on a
 second team, then quiet again:
 
-- "ListTasks loops": `--loops` callers (each its own A2A credential) call
-  `ListTasks` back to back on a member whose history holds `--history` entries
-  and who has `--tasks` of their tasks waiting (SUBMITTED: the member has no
-  session and the team no host, so they never start);
+- "ListTasks loops": `--loops` loops call `ListTasks` back to back, as
+  `--callers` A2A callers (one credential each; the loops take turns), on a
+  member whose history holds `--history` entries and who has `--tasks` of their
+  tasks waiting (SUBMITTED: the member has no session and the team no host, so
+  they never start);
 - "streams": `--streams` open `SubscribeToTask` streams on those tasks.
 
 Meanwhile the A2A team's own members talk (`--chatter` msg/s), so its
@@ -31,7 +32,7 @@ import httpx
 
 from common import BACKENDS, Bench, Fleet, Load, audit_line, open_loop, pct
 from harness import provision
-from lean import loadavg
+from lean import cpu_seconds, loadavg
 
 A2A_HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 
@@ -123,15 +124,19 @@ async def hold_stream(http: httpx.AsyncClient, caller: Caller, task_id: str, unt
 
 async def phase(name: str, fleet: Fleet, rate: float, duration: float, burst=None) -> dict:
     load = Load()
+    pids = [s.proc.pid for s in fleet.bench.servers]
+    cpu0 = [cpu_seconds(p) for p in pids]
     started = time.monotonic()
     side = asyncio.create_task(burst(started + duration)) if burst else None
     await open_loop(fleet, load, rate=rate, duration=duration)
     await fleet.drain(load, 60)
     if side is not None:
         await side
+    span = time.monotonic() - started
+    cpu = " + ".join(f"{(cpu_seconds(p) - c) / span * 100:.0f}%" for p, c in zip(pids, cpu0))
     _, delivered, missing = fleet.latencies(load)
     return {"name": name, "p50": pct(delivered, 50), "p99": pct(delivered, 99), "sent": len(load.sent),
-            "missing": missing, "errors": load.errors + load.refused, "load": loadavg()}
+            "missing": missing, "errors": load.errors + load.refused, "load": loadavg(), "cpu": cpu}
 
 
 async def run(backend: str, args) -> dict:
@@ -155,7 +160,7 @@ async def run(backend: str, args) -> dict:
         callers = []
         limits_http = httpx.Limits(max_connections=args.streams + 50, max_keepalive_connections=args.streams + 50)
         async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits_http) as http:
-            for i in range(args.loops):
+            for i in range(args.callers):
                 token = bench.env.manage_json("a2a_credential", f"caller{i}", "--team", "deleg")["token"]
                 server = servers[i % len(servers)]
                 callers.append(Caller(token, f"{server.url}/a2a/deleg/m0/"))
@@ -164,7 +169,7 @@ async def run(backend: str, args) -> dict:
                 for n in range(per_caller):
                     await caller.send(http, f"task {n}")
             sent = sum(len(c.tasks) for c in callers)
-            print(f"  {sent} A2A tasks waiting on m0 ({per_caller} asked per caller); other team: {args.members} "
+            print(f"  {sent} A2A tasks waiting on m0 from {len(callers)} caller(s); other team: {args.members} "
                   f"sessions, {args.rate:.0f} msg/s; the A2A team's own chatter {args.chatter:.0f} msg/s", flush=True)
 
             chatter_stop = asyncio.Event()
@@ -188,7 +193,7 @@ async def run(backend: str, args) -> dict:
             loops = Loops()
 
             async def list_loops(until: float) -> None:
-                await asyncio.gather(*(loops.run(http, c, until) for c in callers))
+                await asyncio.gather(*(loops.run(http, callers[i % len(callers)], until) for i in range(args.loops)))
 
             row = await phase(f"{args.loops} ListTasks loops", fleet, args.rate, args.duration, list_loops)
             row["a2a"] = (f"ListTasks answered {len(loops.answered)} (p50 {pct(loops.answered, 50) * 1000:.1f} ms), "
@@ -212,11 +217,12 @@ async def run(backend: str, args) -> dict:
             if talking is not None:
                 await talking
         base = results[0]
-        print(f"  {'phase':<22} {'p50':>10} {'p99':>10} {'p50 ×':>7} {'p99 ×':>7}   sent/missing/errors   load")
+        print(f"  {'phase':<22} {'p50':>10} {'p99':>10} {'p50 ×':>7} {'p99 ×':>7}   sent/missing/errors   "
+              "daphne CPU   machine")
         for row in results:
             print(f"  {row['name']:<22} {row['p50'] * 1000:8.1f} ms {row['p99'] * 1000:8.1f} ms "
                   f"{row['p50'] / base['p50']:6.2f}x {row['p99'] / base['p99']:6.2f}x   "
-                  f"{row['sent']}/{row['missing']}/{row['errors']}   [{row['load']}]")
+                  f"{row['sent']}/{row['missing']}/{row['errors']}   {row['cpu']}   [{row['load']}]")
             if "a2a" in row:
                 print(f"  {'':<22} A2A: {row['a2a']}")
         worst = max(r["p50"] / base["p50"] for r in results[1:3])
@@ -239,7 +245,8 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="seconds of each phase")
     parser.add_argument("--history", type=int, default=41_000, help="entries in the A2A member's history")
     parser.add_argument("--tasks", type=int, default=60, help="A2A tasks waiting on the member, over all callers")
-    parser.add_argument("--loops", type=int, default=3, help="callers calling ListTasks back to back")
+    parser.add_argument("--loops", type=int, default=3, help="loops calling ListTasks back to back")
+    parser.add_argument("--callers", type=int, default=1, help="A2A credentials the loops and streams use")
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--chatter", type=float, default=5.0, help="the A2A team's own sends a second")
     parser.add_argument("--no-rate-limit", action="store_true", help="raise the per-token rate limit out of the way")

@@ -14,7 +14,7 @@ from accounts.tokens import operator_token_create
 from delegation.credentials import caller_for_team, credential_create, credential_revoke
 from delegation.handler import _changes
 from delegation.models import DelegatedTask
-from delegation.tasks import task_cancel, task_read, task_send
+from delegation.tasks import task_cancel, task_read, task_row, task_send
 from teams.errors import TeamError
 from teams.services import member_fail, member_spawn, team_create
 
@@ -35,7 +35,7 @@ def report(worker, **entry):
 
 
 def read(task: DelegatedTask):
-    return task_read(DelegatedTask.objects.get(pk=task.pk))
+    return task_read(task_row(task.pk))
 
 
 def test_a_task_is_submitted_then_working_then_completed_with_the_turns_last_text(crew):
@@ -86,13 +86,13 @@ def test_cancel_withdraws_a_waiting_prompt_which_is_then_never_offered(crew):
     sessions.session_status(member_id=worker.pk, state="running", channel="test.worker")
     task = task_send(member=worker, caller=caller, content="later", context_id="c")
     assert HumanPrompt.objects.get(pk=task.prompt_id).pushed_at is None
-    view = task_cancel(task=DelegatedTask.objects.get(pk=task.pk))
+    view = task_cancel(task=task_row(task.pk))
     assert view.state == "canceled"
     sessions.session_status(member_id=worker.pk, state="idle", channel="test.worker")
     prompt = HumanPrompt.objects.get(pk=task.prompt_id)
     assert prompt.state == PromptState.COMPLETED and prompt.pushed_at is None
     with pytest.raises(TeamError) as refused:
-        task_cancel(task=DelegatedTask.objects.get(pk=task.pk))
+        task_cancel(task=task_row(task.pk))
     assert refused.value.code == "TASK_INVALID_ACTION"
 
 
