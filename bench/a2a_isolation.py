@@ -20,7 +20,8 @@ doorbells ring as a busy team's do. Each burst's ratio to the first quiet
 phase is printed (the target: ≤ 2× on p50), with the load average beside
 each phase, and what the A2A callers got (calls answered, refused 429
 `RATE_LIMITED`, their p50). The rate limits are the product's defaults
-(`--no-rate-limit` raises them, to see the reads' cost alone).
+(`--no-rate-limit` raises them, to see the reads' cost alone); after a 429 a
+loop waits as `Retry-After` says (`--ignore-retry-after`: it asks again at once).
 """
 import argparse
 import asyncio
@@ -86,7 +87,8 @@ class Caller:
 class Loops:
     """Callers calling ListTasks back to back."""
 
-    def __init__(self):
+    def __init__(self, honour_retry_after: bool):
+        self.honour_retry_after = honour_retry_after
         self.answered: list[float] = []
         self.limited = 0
         self.other = 0
@@ -101,7 +103,8 @@ class Loops:
                 continue
             if response.status_code == 429:
                 self.limited += 1
-                # a client that honours Retry-After would wait; a hostile one does not: ask again at once
+                if self.honour_retry_after:
+                    await asyncio.sleep(min(float(response.headers.get("retry-after", "1")), until - time.monotonic()))
                 continue
             if response.status_code == 200 and "result" in response.json():
                 self.answered.append(time.monotonic() - t)
@@ -190,7 +193,7 @@ async def run(backend: str, args) -> dict:
             await fleet.drain(warm, 30)
 
             results.append(await phase("quiet", fleet, args.rate, args.duration))
-            loops = Loops()
+            loops = Loops(not args.ignore_retry_after)
 
             async def list_loops(until: float) -> None:
                 await asyncio.gather(*(loops.run(http, callers[i % len(callers)], until) for i in range(args.loops)))
@@ -200,6 +203,8 @@ async def run(backend: str, args) -> dict:
                           f"429 {loops.limited}, other {loops.other}")
             results.append(row)
             opened: list[int] = []
+            if not args.no_rate_limit:  # the streams start with the callers' rate buckets full again
+                await asyncio.sleep(300 / 50 + 1)
 
             async def streams(until: float) -> None:
                 await asyncio.gather(*(
@@ -250,6 +255,8 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--chatter", type=float, default=5.0, help="the A2A team's own sends a second")
     parser.add_argument("--no-rate-limit", action="store_true", help="raise the per-token rate limit out of the way")
+    parser.add_argument("--ignore-retry-after", action="store_true",
+                        help="the loops ask again at once after a 429 (a flood no rate limit stops)")
     args = parser.parse_args()
     for backend in (BACKENDS if args.backend == "both" else [args.backend]):
         asyncio.run(run(backend, args))

@@ -19,7 +19,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from mailbox import outage
+from mailbox import outage, quota
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -52,8 +52,13 @@ TOOL_RESULTS_KEY = "steerboard_tool_results"
 # ListTasks answers at most this many tasks (``pageSize``, default 50).
 LIST_MAX = 100
 LIST_DEFAULT = 50
-# Where the call context carries the request's HttpAnswer (delegation/server.py puts it there).
+# A ListTasks counts as one request of the token's rate limit per this many tasks of
+# the page it asks for: serialising a task is most of what the call costs.
+LIST_TASKS_PER_REQUEST = 10
+# Where the call context carries the request's HttpAnswer and the token's rate-limit
+# key (delegation/server.py puts them there).
 ANSWER_STATE = "steerboard_answer"
+RATE_STATE = "steerboard_rate_key"
 
 STATES = {
     TaskState.SUBMITTED: pb.TASK_STATE_SUBMITTED,
@@ -104,6 +109,30 @@ async def _db(context: ServerCallContext, fn, **kwargs):
         raise InternalError(message=f"The server cannot reach its {what} just now; try again.") from exc
 
 
+def _charge(context: ServerCallContext, cost: int) -> None:
+    """Charge the rest of a request that costs more than one (ListTasks) to the token's rate."""
+    key = context.state.get(RATE_STATE)
+    if key is None or cost <= 0:
+        return
+    try:
+        quota.request_charge(key, cost)
+    except TeamError as exc:
+        retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
+        _answer(context, exc.http_status, exc.as_wire(), [retry])
+        raise InvalidRequestError(message=exc.message, data={"code": str(exc.code)}) from exc
+
+
+def _history_wanted(params) -> bool:
+    if not params.HasField("history_length"):
+        return True
+    if params.history_length < 0:
+        raise InvalidParamsError(
+            message=f"historyLength: not negative; {params.history_length} was sent.",
+            data={"code": str(ErrorCode.VALIDATION_ERROR)},
+        )
+    return params.history_length > 0
+
+
 def _answer(context: ServerCallContext, status: int, body: dict, headers: list | None = None) -> None:
     answer = context.state.get(ANSWER_STATE)
     if answer is not None and not answer.status:
@@ -142,9 +171,10 @@ def _artifacts(view: TaskView) -> list[pb.Artifact]:
                         description="The turn's final assistant text", parts=parts)]
 
 
-def task_proto(view: TaskView, *, history: bool = True) -> pb.Task:
+def task_proto(view: TaskView, *, history: bool = True, artifacts: bool = True) -> pb.Task:
     task = pb.Task(id=view.id, context_id=view.context_id, status=_status(view))
-    task.artifacts.extend(_artifacts(view))
+    if artifacts:
+        task.artifacts.extend(_artifacts(view))
     if history:
         task.history.append(
             pb.Message(message_id=view.message_id or view.prompt_id, task_id=view.id, context_id=view.context_id,
@@ -256,7 +286,7 @@ class MemberRequestHandler(RequestHandler):
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
         view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
-        return task_proto(view, history=not params.HasField("history_length") or params.history_length > 0)
+        return task_proto(view, history=_history_wanted(params))
 
     async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
         member, caller = _who(context)
@@ -266,12 +296,14 @@ class MemberRequestHandler(RequestHandler):
                 data={"code": str(ErrorCode.VALIDATION_ERROR)},
             )
         size = min(params.page_size or LIST_DEFAULT, LIST_MAX)
+        history = _history_wanted(params)
+        _charge(context, -(-size // LIST_TASKS_PER_REQUEST) - 1)  # the gate charged one already
         state = STATE_NAMES.get(params.status, "") if params.status else ""
         views, _more = await _db(
             context, tasks.tasks_of_caller, caller=caller, member=member, context_id=params.context_id, state=state, limit=size
         )
-        history = not params.HasField("history_length") or params.history_length > 0
-        found = [task_proto(v, history=history) for v in views]
+        # The SDK drops the artifacts of a ListTasks that did not ask for them: do not build them.
+        found = [task_proto(v, history=history, artifacts=params.include_artifacts) for v in views]
         return pb.ListTasksResponse(tasks=found, page_size=size, total_size=len(found))
 
     async def on_cancel_task(self, params: pb.CancelTaskRequest, context: ServerCallContext) -> pb.Task | None:

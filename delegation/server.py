@@ -46,7 +46,7 @@ from starlette.routing import Mount, Route
 
 from delegation import db as a2a_db
 from delegation.credentials import Caller, caller_for_team
-from delegation.handler import ANSWER_STATE, HttpAnswer, MemberRequestHandler
+from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberRequestHandler
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Team
 
@@ -56,6 +56,7 @@ CARD_PATH = ".well-known/agent-card.json"
 MEMBER_KEY = "steerboard.a2a_member"
 CALLER_KEY = "steerboard.a2a_caller"
 ANSWER_KEY = "steerboard.a2a_answer"
+RATE_KEY = "steerboard.a2a_rate_key"
 
 
 class CallerUser(User):
@@ -81,6 +82,7 @@ class ContextBuilder(DefaultServerCallContextBuilder):
         context.state["steerboard_member"] = request.scope[MEMBER_KEY]
         context.state["steerboard_caller"] = request.scope[CALLER_KEY]
         context.state[ANSWER_STATE] = request.scope[ANSWER_KEY]
+        context.state[RATE_STATE] = request.scope[RATE_KEY]
         return context
 
     def build_user(self, request: Request):
@@ -311,9 +313,10 @@ class A2AApp:
             await _refuse(send, "rest" if binding == "rest" else "card", _refused_params(refused))
             return
         token = bearer_from_headers(scope.get("headers", ()))
+        scope[RATE_KEY] = quota.token_key(token) if token else None
         if token:  # each token's request rate, as on the agents' API and /mcp
             try:
-                quota.request_charge(quota.token_key(token))
+                quota.request_charge(scope[RATE_KEY])
             except TeamError as exc:
                 retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
                 await respond_json(send, exc.http_status, exc.as_wire(), [retry])

@@ -7,8 +7,8 @@ watch in this process. The watch hears the team's doorbells (mailbox/waiting.py'
 ``team_rings``, the dashboard group on the channel layer) and, on a ring and every
 ``RECHECK_SECONDS`` without one (a lost doorbell), reads every task its streams
 follow at once (``tasks.tasks_by_id``: a few indexed queries, however many streams
-and however long the histories), then wakes only the streams whose task's state
-changed. A hundred streams on a team cost the database what one does; a stream
+and however long the histories; at most one read per ``READ_INTERVAL``), then
+wakes only the streams whose task's state changed. A hundred streams on a team cost the database what one does; a stream
 whose task did not change is not woken at all.
 
 A read that fails (the database is away) is counted (mailbox/outage.py) and tried
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 # The watch reads its tasks again this often even without a ring (a lost doorbell).
 RECHECK_SECONDS = 2.0
+# And at most this often: rings (and streams that start) meanwhile are one read
+# (the dashboards' doorbells are folded the same way, mailbox/events.py).
+READ_INTERVAL = 0.1
 
 
 class Gone(Exception):
@@ -86,8 +89,9 @@ class _TeamWatch:
             while True:
                 ring.clear()
                 await self._read()
+                await asyncio.sleep(READ_INTERVAL)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ring.wait(), RECHECK_SECONDS)
+                    await asyncio.wait_for(ring.wait(), RECHECK_SECONDS - READ_INTERVAL)
 
     async def _read(self) -> None:
         wanted = list(self.followers)
