@@ -285,8 +285,9 @@ class MemberRequestHandler(RequestHandler):
 
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
+        history = _history_wanted(params)
         view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
-        return task_proto(view, history=_history_wanted(params))
+        return task_proto(view, history=history)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
         member, caller = _who(context)

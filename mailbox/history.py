@@ -80,9 +80,10 @@ def turn_bounded_after(start: HistoryEntry) -> bool:
     """Whether the member's history holds a ``turn_start`` or ``turn_end`` after ``start``.
     Until it does, the turn ``start`` is in has not ended (``turn_after`` ends a turn at
     nothing else), which one lookup on the history_turn_bounds index tells."""
-    # Ordered: with a bare LIMIT, PostgreSQL expects a match anywhere and scans the table.
+    # Ordered as the index is: with a bare LIMIT (or by id alone) PostgreSQL may walk
+    # the primary key through every later entry of every member instead.
     later = HistoryEntry.objects.filter(member_id=start.member_id, id__gt=start.id).filter(_TURN_BOUNDS)
-    return later.order_by("id").values_list("id", flat=True).first() is not None
+    return later.order_by("member_id", "id").values_list("id", flat=True).first() is not None
 
 
 def turn_after(start: HistoryEntry, *, kinds: list[str]) -> list[HistoryEntry]:
