@@ -180,8 +180,18 @@ def build_app() -> Starlette:
         routes=[
             Route(PREFIX + "/{team}/" + CARD_PATH, _card, methods=["GET"]),
             Mount(PREFIX + "/{team}/{member}", routes=member_routes),
-        ]
+        ],
+        exception_handlers={404: _no_route, 405: _no_route},
     )
+
+
+async def _no_route(request: Request, exc) -> JSONResponse:
+    """A path or method no binding serves: the JSON error shape, as everywhere else."""
+    if exc.status_code == 405:
+        body = {"code": "METHOD_NOT_ALLOWED", "message": f"{request.method} is not served at this path."}
+    else:
+        body = {"code": "NOT_FOUND", "message": "No such path: see docs/a2a.md for the endpoints."}
+    return JSONResponse({"error": body}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def _lead_of_team(*, team_name: str) -> Member:
