@@ -69,3 +69,39 @@ async def test_many_streams_of_a_team_share_one_read_per_doorbell_and_only_the_c
         task.cancel()
     await asyncio.gather(*followers, return_exceptions=True)
     assert streams.watch_of(team.pk) is None  # the last stream gone, the watch stops listening
+
+
+async def test_a_stream_stays_open_while_the_database_is_away_and_catches_up_after(monkeypatch):
+    import django.db
+
+    from delegation import tasks
+    from mailbox import outage
+
+    team, worker, first, _ = await two_tasks()
+    reads_failed = []
+    real = tasks.tasks_by_id
+
+    def away(**kwargs):
+        reads_failed.append(1)
+        raise django.db.OperationalError("server closed the connection unexpectedly")  # injected
+
+    monkeypatch.setattr(tasks, "tasks_by_id", away)
+    got = []
+
+    async def stream() -> None:
+        async with streams.following(first, team_id=team.pk) as follower:
+            got.append((await follower.changed()).state)
+
+    following = asyncio.create_task(stream())
+    try:
+        await until(lambda: len(reads_failed) >= 1, "a read that fails")
+        await report(worker, id="t0", kind="turn_start", turn_id="T", step=0)
+        await report(worker, id="p0", kind="prompt", turn_id="T", step=0, prompt_id=first.prompt_id, text="first")
+        await until(lambda: len(reads_failed) >= 2, "a read on the doorbell, failing too")
+        assert got == [] and not following.done()  # still open, nothing made up
+        monkeypatch.setattr(tasks, "tasks_by_id", real)  # the database is back
+        await until(lambda: got == ["working"], "the stream to catch up at the next read")
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+        outage.database.ok()
