@@ -91,9 +91,9 @@ def _a2a_error(exc: TeamError):
 
 
 async def _db(context: ServerCallContext, fn, **kwargs):
-    """``fn`` on a database thread (A2A's share of them, delegation/db.py); a refusal becomes the A2A error for it, and what is
-    answered over HTTP (a full prompt queue, a database out of reach) is set on the
-    request's ``HttpAnswer`` too."""
+    """``fn`` on a database thread (A2A's share of them, delegation/db.py). A refusal
+    becomes the A2A error for it; what is answered over HTTP (a full prompt queue, a
+    database out of reach) is set on the request's ``HttpAnswer`` too."""
     try:
         return await a2a_db.run(fn, **kwargs)
     except TeamError as exc:
@@ -301,7 +301,8 @@ class MemberRequestHandler(RequestHandler):
         _charge(context, -(-size // LIST_TASKS_PER_REQUEST) - 1)  # the gate charged one already
         state = STATE_NAMES.get(params.status, "") if params.status else ""
         views, _more = await _db(
-            context, tasks.tasks_of_caller, caller=caller, member=member, context_id=params.context_id, state=state, limit=size
+            context, tasks.tasks_of_caller,
+            caller=caller, member=member, context_id=params.context_id, state=state, limit=size,
         )
         # The SDK drops the artifacts of a ListTasks that did not ask for them: do not build them.
         found = [task_proto(v, history=history, artifacts=params.include_artifacts) for v in views]

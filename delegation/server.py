@@ -50,7 +50,6 @@ from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberReque
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Team
 
-log = logging.getLogger(__name__)
 PREFIX = "/a2a"
 CARD_PATH = ".well-known/agent-card.json"
 MEMBER_KEY = "steerboard.a2a_member"
@@ -255,7 +254,8 @@ def _path_refusal(scope) -> str | None:
 
 
 async def _refuse(send, binding: str, error: InvalidParamsError | JSONParseError, rpc_id=None) -> None:
-    """The binding's own answer to a request the parser refused (as the SDK answers one)."""
+    """The binding's own answer to a request the parser refused (as the SDK answers one);
+    before a binding is known (the path), Steerboard's error."""
     if binding == "jsonrpc":
         await respond_json(send, 200, build_error_response(rpc_id, error))
     elif binding == "rest":
@@ -320,7 +320,7 @@ class A2AApp:
         binding = "card" if card else "rest" if len(parts) > 4 and parts[4] == "rest" else "jsonrpc"
         refused = _path_refusal(scope)
         if refused:
-            await _refuse(send, "rest" if binding == "rest" else "card", _refused_params(refused))
+            await _refuse(send, "rest" if binding == "rest" else "gate", _refused_params(refused))
             return
         token = bearer_from_headers(scope.get("headers", ()))
         scope[RATE_KEY] = quota.token_key(token) if token else None
@@ -352,30 +352,38 @@ class A2AApp:
             await respond_json(send, 503, outage.unavailable_body(what, persisted=None), _retry_after())
             return
         if scope.get("method") == "POST":
-            try:
-                body = await body_read(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
-            except ConnectionResetError:
+            receive = await _body_checked(receive, send, binding)
+            if receive is None:
                 return
-            if body is None:
-                await respond_json(send, 413, {"error": {"code": "TEAM_MESSAGE_TOO_LARGE",
-                                                         "message": "The request body is too large."}})
-                return
-            if body:
-                found = _body_refusal(body)
-                if found is not None:
-                    exc, rpc_id = found
-                    if isinstance(exc, TeamError):
-                        error = _refused_params(exc.message)
-                    elif binding == "jsonrpc":
-                        error = JSONParseError(message=f"The body is not JSON: {exc}"[:300],
-                                               data={"code": str(ErrorCode.VALIDATION_ERROR)})
-                    else:
-                        error = _refused_params(f"body: not JSON ({exc})"[:300])
-                    await _refuse(send, binding, error, rpc_id)
-                    return
-            receive = _replay(body, receive)
         answer = scope[ANSWER_KEY] = HttpAnswer()
         await self._app(scope, receive, _answering(send, answer))
+
+
+async def _body_checked(receive, send, binding: str):
+    """Read the body and put it through the parser: a ``receive`` that replays it to the
+    SDK, or None once the request is answered (too large, refused, or gone)."""
+    try:
+        body = await body_read(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except ConnectionResetError:
+        return None
+    if body is None:
+        too_large = {"error": {"code": "TEAM_MESSAGE_TOO_LARGE", "message": "The request body is too large."}}
+        await respond_json(send, 413, too_large)
+        return None
+    found = _body_refusal(body) if body else None
+    if found is None:
+        return _replay(body, receive)
+    exc, rpc_id = found
+    if isinstance(exc, TeamError):
+        error = _refused_params(exc.message)
+    elif binding == "jsonrpc":
+        error = JSONParseError(
+            message=f"The body is not JSON: {exc}"[:300], data={"code": str(ErrorCode.VALIDATION_ERROR)}
+        )
+    else:
+        error = _refused_params(f"body: not JSON ({exc})"[:300])
+    await _refuse(send, binding, error, rpc_id)
+    return None
 
 
 def _retry_after() -> list[tuple[bytes, bytes]]:
