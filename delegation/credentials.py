@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from accounts.operators import is_operator
@@ -79,11 +80,18 @@ def caller_for_team(*, token: str, team: Team) -> Caller:
         digest = token_hash(token)
     except UnicodeEncodeError:  # a lone surrogate is no token
         raise TeamError(ErrorCode.UNAUTHENTICATED, "That token is not valid.") from None
-    credential = A2ACredential.objects.filter(token_hash=digest, revoked_at__isnull=True).select_related("user").first()
-    if credential is not None:
-        if not credential.teams.filter(pk=team.pk).exists():
-            raise TeamError(ErrorCode.FORBIDDEN, f"The A2A credential {credential.name!r} is not good for team {team.name!r}.")
-        return Caller(user_id=credential.user_id, name=credential.user.get_username(), credential_id=credential.pk)
+    good_here = A2ACredential.teams.through.objects.filter(a2acredential_id=OuterRef("pk"), team_id=team.pk)
+    credential = (
+        A2ACredential.objects.filter(token_hash=digest, revoked_at__isnull=True)
+        .values("pk", "name", "user_id", "user__username", good=Exists(good_here))
+        .first()
+    )
+    if credential is not None:  # one query, every A2A request: its caller and whether it may call this team
+        if not credential["good"]:
+            raise TeamError(
+                ErrorCode.FORBIDDEN, f"The A2A credential {credential['name']!r} is not good for team {team.name!r}."
+            )
+        return Caller(user_id=credential["user_id"], name=credential["user__username"], credential_id=credential["pk"])
     user = operator_token_user(token=token)
     if user is not None:
         if not is_operator(user):

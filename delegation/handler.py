@@ -5,21 +5,28 @@ The SDK's DefaultRequestHandler runs an AgentExecutor in the process that took
 the request and keeps the task's events in that process's memory. Here the
 work is done by the member's own session, wherever it is connected, and the
 task's state lives in the database (delegation/tasks.py): so this handler
-answers every method from the database, and a stream follows the task by the
-team's dashboard doorbells (mailbox/waiting.team_rings), reading the database
-on each ring. Any server process can answer any task.
+answers every method from the database, and a stream follows the task through
+its team's watch in this process (delegation/streams.py: one read per doorbell
+for every stream of the team, and a stream is woken only when its task
+changed). Any server process can answer any task.
+
+What is not the A2A layer's to answer is answered over HTTP in place of the SDK's
+response (``HttpAnswer``, sent by delegation/server.py's gate): a database out of
+reach (503 ``SERVICE_UNAVAILABLE`` with ``Retry-After``), a member's prompt queue
+full (429 ``PROMPT_QUEUE_FULL``).
 """
 import asyncio
 import uuid
 from collections.abc import AsyncGenerator
-from mailbox import waiting
-from mailbox.db import to_db_thread
+from dataclasses import dataclass, field
+from mailbox import outage, quota
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
+    InternalError,
     InvalidParamsError,
     InvalidRequestError,
     PushNotificationNotSupportedError,
@@ -28,21 +35,30 @@ from a2a.utils.errors import (
 )
 from google.protobuf import json_format, struct_pb2
 
-from delegation import tasks
+from delegation import db as a2a_db
+from delegation import streams, tasks
 from delegation.credentials import Caller
 from delegation.models import TaskState
 from delegation.tasks import TaskView
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
 
-# A stream reads the database again this often even without a ring (a lost doorbell).
-RECHECK_SECONDS = 2.0
 # How long a blocking SendMessage waits for the task to end before answering with it as it is.
 SEND_WAIT_SECONDS = 60.0
 # How long CancelTask waits for an interrupted turn to end before answering with the task as it is.
 CANCEL_WAIT_SECONDS = 10.0
 # A caller asks for the turn's tool results with this message metadata key set to true.
 TOOL_RESULTS_KEY = "steerboard_tool_results"
+# ListTasks answers at most this many tasks (``pageSize``, default 50).
+LIST_MAX = 100
+LIST_DEFAULT = 50
+# A ListTasks counts as one request of the token's rate limit per this many tasks of
+# the page it asks for: serialising a task is most of what the call costs.
+LIST_TASKS_PER_REQUEST = 10
+# Where the call context carries the request's HttpAnswer and the token's rate-limit
+# key (delegation/server.py puts them there).
+ANSWER_STATE = "steerboard_answer"
+RATE_STATE = "steerboard_rate_key"
 
 STATES = {
     TaskState.SUBMITTED: pb.TASK_STATE_SUBMITTED,
@@ -52,6 +68,16 @@ STATES = {
     TaskState.CANCELED: pb.TASK_STATE_CANCELED,
 }
 STATE_NAMES = {v: k for k, v in STATES.items()}
+
+
+@dataclass
+class HttpAnswer:
+    """The HTTP answer a method asks for in place of the SDK's (a 503, a 429)."""
+
+    status: int = 0
+    body: dict = field(default_factory=dict)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    sent: bool = False
 
 
 def _a2a_error(exc: TeamError):
@@ -64,11 +90,53 @@ def _a2a_error(exc: TeamError):
     return InvalidRequestError(message=exc.message, data={"code": str(exc.code)})
 
 
-async def _db(fn, **kwargs):
+async def _db(context: ServerCallContext, fn, **kwargs):
+    """``fn`` on a database thread (A2A's share of them, delegation/db.py). A refusal
+    becomes the A2A error for it; what is answered over HTTP (a full prompt queue, a
+    database out of reach) is set on the request's ``HttpAnswer`` too."""
     try:
-        return await to_db_thread(fn)(**kwargs)
+        return await a2a_db.run(fn, **kwargs)
     except TeamError as exc:
+        if exc.http_status == 429:
+            _answer(context, 429, exc.as_wire())
         raise _a2a_error(exc) from exc
+    except Exception as exc:
+        what = outage.noted(exc, "an A2A request")
+        if what is None:
+            raise
+        headers = [(k.lower().encode(), v.encode()) for k, v in outage.unavailable_headers().items()]
+        _answer(context, 503, outage.unavailable_body(what, persisted=None), headers)
+        raise InternalError(message=f"The server cannot reach its {what} just now; try again.") from exc
+
+
+def _charge(context: ServerCallContext, cost: int) -> None:
+    """Charge the rest of a request that costs more than one (ListTasks) to the token's rate."""
+    key = context.state.get(RATE_STATE)
+    if key is None or cost <= 0:
+        return
+    try:
+        quota.request_charge(key, cost)
+    except TeamError as exc:
+        retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
+        _answer(context, exc.http_status, exc.as_wire(), [retry])
+        raise InvalidRequestError(message=exc.message, data={"code": str(exc.code)}) from exc
+
+
+def _history_wanted(params) -> bool:
+    if not params.HasField("history_length"):
+        return True
+    if params.history_length < 0:
+        raise InvalidParamsError(
+            message=f"historyLength: not negative; {params.history_length} was sent.",
+            data={"code": str(ErrorCode.VALIDATION_ERROR)},
+        )
+    return params.history_length > 0
+
+
+def _answer(context: ServerCallContext, status: int, body: dict, headers: list | None = None) -> None:
+    answer = context.state.get(ANSWER_STATE)
+    if answer is not None and not answer.status:
+        answer.status, answer.body, answer.headers = status, body, headers or []
 
 
 def _who(context: ServerCallContext) -> tuple[Member, Caller]:
@@ -103,9 +171,10 @@ def _artifacts(view: TaskView) -> list[pb.Artifact]:
                         description="The turn's final assistant text", parts=parts)]
 
 
-def task_proto(view: TaskView, *, history: bool = True) -> pb.Task:
+def task_proto(view: TaskView, *, history: bool = True, artifacts: bool = True) -> pb.Task:
     task = pb.Task(id=view.id, context_id=view.context_id, status=_status(view))
-    task.artifacts.extend(_artifacts(view))
+    if artifacts:
+        task.artifacts.extend(_artifacts(view))
     if history:
         task.history.append(
             pb.Message(message_id=view.message_id or view.prompt_id, task_id=view.id, context_id=view.context_id,
@@ -139,28 +208,27 @@ def _interrupt_again(*, task_id: str, caller: Caller, member: Member) -> None:
     tasks.task_interrupt_again(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
 
 
-async def follow(view: TaskView, *, caller: Caller, member: Member, interrupt_when_working: bool = False):
+async def follow(view: TaskView, context: ServerCallContext, *, interrupt_when_working: bool = False):
     """Yield the events of the task's every state change after ``view``, until it is final.
 
     ``interrupt_when_working``: the task was canceled after its prompt was offered to
     the session but before its turn started, when the session ignores an interrupt;
     interrupt the turn once it shows up."""
-    async with waiting.team_rings(team_id=member.team_id) as ring:
+    if view.final:
+        return
+    member, caller = _who(context)
+    async with streams.following(view, team_id=member.team_id) as follower:
         while not view.final:
-            ring.clear()
-            now = await _db(_read, task_id=view.id, caller=caller, member=member)
+            try:
+                now = await follower.changed()
+            except streams.Gone:
+                raise TaskNotFoundError(message=f"The task {view.id!r} is gone.") from None
             for event in _changes(view, now):
                 yield event
             view = now
-            if view.final:
-                return
             if interrupt_when_working and view.state == TaskState.WORKING:
                 interrupt_when_working = False
-                await _db(_interrupt_again, task_id=view.id, caller=caller, member=member)
-            try:
-                await asyncio.wait_for(ring.wait(), RECHECK_SECONDS)
-            except TimeoutError:
-                pass
+                await _db(context, _interrupt_again, task_id=view.id, caller=caller, member=member)
 
 
 def _wants_tool_results(params) -> bool:
@@ -182,12 +250,11 @@ class MemberRequestHandler(RequestHandler):
             )
         text = "\n\n".join(part.text for part in message.parts if part.text)
         task = await _db(
-            tasks.task_send, member=member, caller=caller, content=text,
+            context, tasks.task_send, member=member, caller=caller, content=text,
             context_id=message.context_id or str(uuid.uuid4()), message_id=message.message_id,
             with_tool_results=_wants_tool_results(params),
         )
-        view = await _db(_read, task_id=task.pk, caller=caller, member=member)
-        return view
+        return await _db(context, _read, task_id=task.pk, caller=caller, member=member)
 
     async def on_message_send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> pb.Task:
         member, caller = _who(context)
@@ -195,41 +262,50 @@ class MemberRequestHandler(RequestHandler):
         if not params.configuration.return_immediately:
             try:
                 async with asyncio.timeout(SEND_WAIT_SECONDS):
-                    async for _ in follow(view, caller=caller, member=member):
+                    async for _ in follow(view, context):
                         pass
             except TimeoutError:
                 pass
-            view = await _db(_read, task_id=view.id, caller=caller, member=member)
+            view = await _db(context, _read, task_id=view.id, caller=caller, member=member)
         return task_proto(view)
 
     async def on_message_send_stream(self, params: pb.SendMessageRequest, context: ServerCallContext) -> AsyncGenerator:
         member, caller = _who(context)
         view = await self._send(params, context)
         yield task_proto(view)
-        async for event in follow(view, caller=caller, member=member):
+        async for event in follow(view, context):
             yield event
 
     async def on_subscribe_to_task(self, params: pb.SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator:
         member, caller = _who(context)
-        view = await _db(_read, task_id=params.id, caller=caller, member=member)
+        view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
         yield task_proto(view)
-        async for event in follow(view, caller=caller, member=member):
+        async for event in follow(view, context):
             yield event
 
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
-        view = await _db(_read, task_id=params.id, caller=caller, member=member)
-        return task_proto(view, history=not params.HasField("history_length") or params.history_length > 0)
+        history = _history_wanted(params)
+        view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
+        return task_proto(view, history=history)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
         member, caller = _who(context)
-        size = min(params.page_size or 50, 100)
+        if params.page_size < 0:
+            raise InvalidParamsError(
+                message=f"pageSize: between 1 and {LIST_MAX} (0 or none: {LIST_DEFAULT}); {params.page_size} was sent.",
+                data={"code": str(ErrorCode.VALIDATION_ERROR)},
+            )
+        size = min(params.page_size or LIST_DEFAULT, LIST_MAX)
+        history = _history_wanted(params)
+        _charge(context, -(-size // LIST_TASKS_PER_REQUEST) - 1)  # the gate charged one already
         state = STATE_NAMES.get(params.status, "") if params.status else ""
         views, _more = await _db(
-            tasks.tasks_of_caller, caller=caller, member=member, context_id=params.context_id, state=state, limit=size
+            context, tasks.tasks_of_caller,
+            caller=caller, member=member, context_id=params.context_id, state=state, limit=size,
         )
-        history = not params.HasField("history_length") or params.history_length > 0
-        found = [task_proto(v, history=history) for v in views]
+        # The SDK drops the artifacts of a ListTasks that did not ask for them: do not build them.
+        found = [task_proto(v, history=history, artifacts=params.include_artifacts) for v in views]
         return pb.ListTasksResponse(tasks=found, page_size=size, total_size=len(found))
 
     async def on_cancel_task(self, params: pb.CancelTaskRequest, context: ServerCallContext) -> pb.Task | None:
@@ -238,16 +314,16 @@ class MemberRequestHandler(RequestHandler):
         def cancel(*, task_id: str) -> TaskView:
             return tasks.task_cancel(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
 
-        view = await _db(cancel, task_id=params.id)
+        view = await _db(context, cancel, task_id=params.id)
         if not view.final:  # interrupted: answer with how the turn ended, if it ends soon
             not_started = view.state == TaskState.SUBMITTED
             try:
                 async with asyncio.timeout(CANCEL_WAIT_SECONDS):
-                    async for _ in follow(view, caller=caller, member=member, interrupt_when_working=not_started):
+                    async for _ in follow(view, context, interrupt_when_working=not_started):
                         pass
             except TimeoutError:
                 pass
-            view = await _db(_read, task_id=view.id, caller=caller, member=member)
+            view = await _db(context, _read, task_id=view.id, caller=caller, member=member)
         return task_proto(view)
 
     async def on_create_task_push_notification_config(self, params, context):

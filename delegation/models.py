@@ -68,6 +68,9 @@ class DelegatedTask(models.Model):
     state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.SUBMITTED)
     reason = models.TextField(blank=True, default="")
     answer = models.TextField(blank=True, default="")
+    # The turn's tool results (when the caller asked for them), kept with the final state;
+    # None: not kept yet (a task settled before this column), read from the history once.
+    tool_results = models.JSONField(null=True, blank=True, default=None)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

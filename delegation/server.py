@@ -8,16 +8,27 @@
   ``/a2a/<team>/<member>/rest/...``: the HTTP+JSON binding of the same methods.
 
 Every request but a card's carries ``Authorization: Bearer <operator token or A2A
-credential>``; this wrapper checks it (delegation/credentials.py) before the SDK
-sees the request, and answers a refusal as Steerboard's JSON error.
+credential>``. ``A2AApp`` is the gate in front of the SDK, as config/asgi.py's is
+for the other surfaces: the Host; the token's request rate (mailbox/quota.py, the
+bucket the token has everywhere); the member of the path and the caller
+(delegation/credentials.py); and the hostile-input parser (mailbox/wire.py) on
+the path, the query and the body, before the SDK parses anything. Refusals
+before the A2A layer (401, 403, 404, 429, 503) are Steerboard's JSON error; a
+value the parser refuses is the binding's own invalid-params error naming the
+field (JSON-RPC ``-32602``, the HTTP+JSON binding's 400), as the handler
+answers a ``VALIDATION_ERROR``. A method that finds the database out of reach,
+or a member's prompt queue full, is answered 503 or 429 the same way, in place
+of the SDK's answer (``HttpAnswer``).
 """
-from mailbox.api.tool_calls import respond_json
+import logging
+from mailbox import outage, quota, wire
+from mailbox.api.tool_calls import body_read, host_allowed, respond_json
 from mailbox.auth import bearer_from_headers
-from mailbox.db import to_db_thread
-from mailbox.api.tool_calls import host_allowed
+from urllib.parse import unquote
 
 from a2a.auth.user import User
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.jsonrpc_models import JSONParseError
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict, build_error_response
 from a2a.server.routes import (
     DefaultServerCallContextBuilder,
     create_jsonrpc_routes,
@@ -25,13 +36,17 @@ from a2a.server.routes import (
 )
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
+from a2a.utils.error_handlers import build_rest_error_payload
+from a2a.utils.errors import InvalidParamsError
+from django.conf import settings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from delegation import db as a2a_db
 from delegation.credentials import Caller, caller_for_team
-from delegation.handler import MemberRequestHandler
+from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberRequestHandler
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Team
 
@@ -39,6 +54,8 @@ PREFIX = "/a2a"
 CARD_PATH = ".well-known/agent-card.json"
 MEMBER_KEY = "steerboard.a2a_member"
 CALLER_KEY = "steerboard.a2a_caller"
+ANSWER_KEY = "steerboard.a2a_answer"
+RATE_KEY = "steerboard.a2a_rate_key"
 
 
 class CallerUser(User):
@@ -63,6 +80,8 @@ class ContextBuilder(DefaultServerCallContextBuilder):
         context = super().build(request)
         context.state["steerboard_member"] = request.scope[MEMBER_KEY]
         context.state["steerboard_caller"] = request.scope[CALLER_KEY]
+        context.state[ANSWER_STATE] = request.scope[ANSWER_KEY]
+        context.state[RATE_STATE] = request.scope[RATE_KEY]
         return context
 
     def build_user(self, request: Request):
@@ -128,7 +147,27 @@ async def _card(request: Request) -> JSONResponse:
     return JSONResponse(agent_card_to_dict(card), headers={"Cache-Control": "no-cache"})
 
 
+class _ClientErrorsQuiet(logging.Filter):
+    """The SDK logs a traceback with the -32600/-32602 it answers for an envelope or
+    params it cannot parse: the client's error, not the server's. The line stays."""
+
+    MESSAGES = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self.MESSAGES:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _quiet_client_errors() -> None:
+    logger = logging.getLogger("a2a.server.routes.jsonrpc_dispatcher")
+    if not any(isinstance(f, _ClientErrorsQuiet) for f in logger.filters):
+        logger.addFilter(_ClientErrorsQuiet())
+
+
 def build_app() -> Starlette:
+    _quiet_client_errors()
     handler = MemberRequestHandler()
     builder = ContextBuilder()
     member_routes = [
@@ -140,15 +179,31 @@ def build_app() -> Starlette:
         routes=[
             Route(PREFIX + "/{team}/" + CARD_PATH, _card, methods=["GET"]),
             Mount(PREFIX + "/{team}/{member}", routes=member_routes),
-        ]
+        ],
+        exception_handlers={404: _no_route, 405: _no_route},
     )
 
 
-def _member_of_path(*, team_name: str, member_name: str) -> Member:
-    team = Team.objects.filter(name=team_name).first()
-    if team is None:
+async def _no_route(request: Request, exc) -> JSONResponse:
+    """A path or method no binding serves: the JSON error shape, as everywhere else."""
+    if exc.status_code == 405:
+        body = {"code": "METHOD_NOT_ALLOWED", "message": f"{request.method} is not served at this path."}
+    else:
+        body = {"code": "NOT_FOUND", "message": "No such path: see docs/a2a.md for the endpoints."}
+    return JSONResponse({"error": body}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def _lead_of_team(*, team_name: str) -> Member:
+    lead = Member.objects.select_related("team").filter(team__name=team_name, role="lead").first()
+    if lead is None:
         raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
-    member = Member.objects.select_related("team").filter(team=team, name=member_name).first()
+    return lead
+
+
+def _member_of_path(*, team_name: str, member_name: str) -> Member:
+    member = Member.objects.select_related("team").filter(team__name=team_name, name=member_name).first()
+    if member is None and not Team.objects.filter(name=team_name).exists():
+        raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
     if member is None or member.phase == Phase.RETIRED:
         raise TeamError(ErrorCode.NOT_FOUND, f"No member named {member_name!r} on team {team_name!r}.")
     return member
@@ -159,9 +214,92 @@ def _authenticated(*, headers, team_name: str, member_name: str) -> tuple[Member
     return member, caller_for_team(token=bearer_from_headers(headers), team=member.team)
 
 
+def _refused_params(message: str) -> InvalidParamsError:
+    return InvalidParamsError(message=message, data={"code": str(ErrorCode.VALIDATION_ERROR)})
+
+
+def _rpc_id(body) -> str | int | None:
+    """The JSON-RPC request's id, when the body has a usable one (to answer it by)."""
+    found = body.get("id") if isinstance(body, dict) else None
+    if isinstance(found, bool) or not isinstance(found, str | int):
+        return None
+    if isinstance(found, str) and ("\x00" in found or len(found) > 128):
+        return None
+    return found if isinstance(found, str) or wire.INT_MIN <= found <= wire.INT_MAX else None
+
+
+def _body_refusal(raw: bytes) -> tuple[TeamError | ValueError, object] | None:
+    """What the hostile-input parser refuses in a body, with the JSON-RPC id it had; None when it passes."""
+    try:
+        value, suspect = wire.json_parse(raw)
+    except (TeamError, ValueError) as exc:
+        return exc, None
+    try:
+        if suspect:
+            wire.value_check(value)
+    except TeamError as exc:
+        return exc, _rpc_id(value)
+    return None
+
+
+def _path_refusal(scope) -> str | None:
+    """A NUL or lone surrogate in the path or the query string (ids travel in both)."""
+    for where, text in (("path", scope.get("path", "")),
+                        ("query", unquote(scope.get("query_string", b"").decode("latin-1")))):
+        try:
+            wire.value_check(text, where)
+        except TeamError as exc:
+            return exc.message
+    return None
+
+
+async def _refuse(send, binding: str, error: InvalidParamsError | JSONParseError, rpc_id=None) -> None:
+    """The binding's own answer to a request the parser refused (as the SDK answers one);
+    before a binding is known (the path), Steerboard's error."""
+    if binding == "jsonrpc":
+        await respond_json(send, 200, build_error_response(rpc_id, error))
+    elif binding == "rest":
+        payload = build_rest_error_payload(error)
+        await respond_json(send, payload["error"]["code"], payload)
+    else:
+        await respond_json(send, 400, {"error": {"code": "VALIDATION_ERROR", "message": error.message}})
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that hands the SDK the body the gate already read, then the
+    connection's own messages (a stream listens for the client's disconnect)."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _answering(send, answer: HttpAnswer):
+    """``send``, but a method that set ``answer`` (a 503, a 429) is answered with it
+    instead of the SDK's response, when that has not started yet."""
+    started = False
+
+    async def guarded(message):
+        nonlocal started
+        if message["type"] == "http.response.start" and answer.status and not started:
+            answer.sent = True
+            await respond_json(send, answer.status, answer.body, answer.headers)
+        if answer.sent:
+            return
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    return guarded
+
+
 class A2AApp:
-    """ASGI app for ``/a2a``: the host check, the member of the path and the caller's
-    token, then the SDK's routes."""
+    """ASGI app for ``/a2a``: the gate (module docstring), then the SDK's routes."""
 
     def __init__(self):
         self._app = None
@@ -179,26 +317,77 @@ class A2AApp:
         team_name, member_name = parts[2], parts[3]
         team_card = member_name == ".well-known"
         card = team_card or "/".join(parts[4:]) == CARD_PATH
+        binding = "card" if card else "rest" if len(parts) > 4 and parts[4] == "rest" else "jsonrpc"
+        refused = _path_refusal(scope)
+        if refused:
+            await _refuse(send, "rest" if binding == "rest" else "gate", _refused_params(refused))
+            return
+        token = bearer_from_headers(scope.get("headers", ()))
+        scope[RATE_KEY] = quota.token_key(token) if token else None
+        if token:  # each token's request rate, as on the agents' API and /mcp
+            try:
+                quota.request_charge(scope[RATE_KEY])
+            except TeamError as exc:
+                retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
+                await respond_json(send, exc.http_status, exc.as_wire(), [retry])
+                return
         try:
             if team_card:
-                team = await to_db_thread(Team.objects.filter(name=team_name).first)()
-                lead = await to_db_thread(Member.objects.filter(team=team, role="lead").first)() if team else None
-                if lead is None:
-                    raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
-                scope[MEMBER_KEY], scope["steerboard.a2a_team_card"] = lead, True
+                scope[MEMBER_KEY] = await a2a_db.run(_lead_of_team, team_name=team_name)
+                scope["steerboard.a2a_team_card"] = True
             elif card:
-                scope[MEMBER_KEY] = await to_db_thread(_member_of_path)(
-                    team_name=team_name, member_name=member_name
-                )
+                scope[MEMBER_KEY] = await a2a_db.run(_member_of_path, team_name=team_name, member_name=member_name)
             else:
-                scope[MEMBER_KEY], scope[CALLER_KEY] = await to_db_thread(_authenticated)(
-                    headers=scope.get("headers", ()), team_name=team_name, member_name=member_name
+                scope[MEMBER_KEY], scope[CALLER_KEY] = await a2a_db.run(
+                    _authenticated, headers=scope.get("headers", ()), team_name=team_name, member_name=member_name
                 )
         except TeamError as exc:
             extra = [(b"www-authenticate", b'Bearer realm="steerboard"')] if exc.http_status == 401 else []
             await respond_json(send, exc.http_status, exc.as_wire(), extra)
             return
-        await self._app(scope, receive, send)
+        except Exception as exc:
+            what = outage.noted(exc, "an A2A request")
+            if what is None:
+                raise
+            await respond_json(send, 503, outage.unavailable_body(what, persisted=None), _retry_after())
+            return
+        if scope.get("method") == "POST":
+            receive = await _body_checked(receive, send, binding)
+            if receive is None:
+                return
+        answer = scope[ANSWER_KEY] = HttpAnswer()
+        await self._app(scope, receive, _answering(send, answer))
+
+
+async def _body_checked(receive, send, binding: str):
+    """Read the body and put it through the parser: a ``receive`` that replays it to the
+    SDK, or None once the request is answered (too large, refused, or gone)."""
+    try:
+        body = await body_read(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    except ConnectionResetError:
+        return None
+    if body is None:
+        too_large = {"error": {"code": "TEAM_MESSAGE_TOO_LARGE", "message": "The request body is too large."}}
+        await respond_json(send, 413, too_large)
+        return None
+    found = _body_refusal(body) if body else None
+    if found is None:
+        return _replay(body, receive)
+    exc, rpc_id = found
+    if isinstance(exc, TeamError):
+        error = _refused_params(exc.message)
+    elif binding == "jsonrpc":
+        error = JSONParseError(
+            message=f"The body is not JSON: {exc}"[:300], data={"code": str(ErrorCode.VALIDATION_ERROR)}
+        )
+    else:
+        error = _refused_params(f"body: not JSON ({exc})"[:300])
+    await _refuse(send, binding, error, rpc_id)
+    return None
+
+
+def _retry_after() -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode(), v.encode()) for k, v in outage.unavailable_headers().items()]
 
 
 a2a_app = A2AApp()

@@ -11,8 +11,16 @@ The database is the truth, so any server process answers for any task:
 | its turn ended ``error``; its member failed to start or was retired | FAILED, with the reason |
 | withdrawn while waiting, or its turn ``interrupted`` | CANCELED    |
 
-A final state is written on the task row the first time it is read, so it
-stays what it was however the history grows afterwards.
+A final state is written on the task row the first time it is read (with the
+answer and tool results), so it stays what it was however the history grows
+afterwards, and reading it again touches no history. Reading a task that is not
+final costs a few index lookups however long the member's history
+(mailbox/history.py): its prompt's entry, and whether a turn boundary follows
+it; only a turn that has a boundary after its start is read entry by entry
+(once, when it ends). ``task_views`` reads many tasks with one lookup of their
+prompts' entries (ListTasks, the streams of delegation/streams.py), and a task
+is read as a ``TaskRow`` (one query's values, no model instances: a ListTasks
+of a hundred tasks pays for none).
 """
 import logging
 from dataclasses import dataclass, field
@@ -31,6 +39,8 @@ from teams.models import Member, Phase
 
 log = logging.getLogger(__name__)
 MAX_CONTENT = 65536
+MAX_CONTEXT_ID = DelegatedTask._meta.get_field("context_id").max_length
+MAX_MESSAGE_ID = DelegatedTask._meta.get_field("message_id").max_length
 
 
 @dataclass
@@ -56,78 +66,149 @@ class TaskView:
         return self.state in FINAL_STATES
 
 
+@dataclass
+class TaskRow:
+    """A task as its reads need it: its row, with its member's name and phase, its
+    prompt's text and start, and its caller's name (``_rows``)."""
+
+    id: str
+    context_id: str
+    member_id: int
+    prompt_id: str
+    message_id: str
+    with_tool_results: bool
+    cancel_requested_at: datetime | None
+    state: str
+    reason: str
+    answer: str
+    tool_results: list[dict] | None
+    updated_at: datetime
+    member_name: str
+    member_phase: str
+    author: str
+    started_at: datetime | None
+    content: str = ""
+
+
+# TaskRow's fields, as the values() of a DelegatedTask query names them.
+_ROW_VALUES = {
+    "id": "id", "context_id": "context_id", "member_id": "member_id", "prompt_id": "prompt_id",
+    "message_id": "message_id", "with_tool_results": "with_tool_results",
+    "cancel_requested_at": "cancel_requested_at", "state": "state", "reason": "reason", "answer": "answer",
+    "tool_results": "tool_results", "updated_at": "updated_at", "member__name": "member_name",
+    "member__phase": "member_phase", "caller__username": "author", "prompt__started_at": "started_at",
+}
+
+
+def _rows(found, *, content: bool = True) -> list[TaskRow]:
+    """The tasks of a DelegatedTask queryset as rows, in its order (``content``: with the prompts' text)."""
+    names = {**_ROW_VALUES, **({"prompt__content": "content"} if content else {})}
+    return [TaskRow(**{names[k]: v for k, v in r.items()}) for r in found.values(*names)]
+
+
 def task_send(
     *, member: Member, caller: Caller, content: str, context_id: str, message_id: str = "", with_tool_results: bool = False
 ) -> DelegatedTask:
     """A caller's message to ``member``: a prompt for the Queue adapter (its own turn),
     authored by the caller. A follow-up names the ``context_id`` of an earlier task:
     it must be one of the caller's with the same member. ``with_tool_results``: the
-    answer carries the turn's tool results too."""
+    answer carries the turn's tool results too. The prompt and its task are stored in
+    one transaction, or neither is (a refusal stores nothing), and only then offered."""
     if not content.strip():
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "The message has no text part.")
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "message.parts: the message has no text part.")
     if len(content.encode()) > MAX_CONTENT:
         raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, f"The message's text is over {MAX_CONTENT} bytes.")
-    earlier = DelegatedTask.objects.filter(context_id=context_id).exclude(member=member, caller_id=caller.user_id)
-    if earlier.exists():
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "That contextId belongs to another member's or caller's tasks.")
-    author = get_user_model().objects.get(pk=caller.user_id)
-    prompt = queue_adapter.prompt_submit(team_id=member.team_id, target_name=member.name, author=author, content=content)
-    task = DelegatedTask.objects.create(
-        context_id=context_id,
-        team_id=member.team_id,
-        member=member,
-        prompt=prompt,
-        caller_id=caller.user_id,
-        message_id=message_id[:128],
-        with_tool_results=with_tool_results,
-    )
-    events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt.pk, a2a_task=task.pk)
+    if len(context_id) > MAX_CONTEXT_ID:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"message.contextId: at most {MAX_CONTEXT_ID} characters.")
+    if len(message_id) > MAX_MESSAGE_ID:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"message.messageId: at most {MAX_MESSAGE_ID} characters.")
+    with transaction.atomic():
+        earlier = DelegatedTask.objects.filter(context_id=context_id).exclude(member=member, caller_id=caller.user_id)
+        if earlier.exists():
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "That contextId belongs to another member's or caller's tasks.")
+        author = get_user_model().objects.get(pk=caller.user_id)
+        prompt = queue_adapter.prompt_store(team_id=member.team_id, target_name=member.name, author=author, content=content)
+        task = DelegatedTask.objects.create(
+            context_id=context_id,
+            team_id=member.team_id,
+            member=member,
+            prompt=prompt,
+            caller_id=caller.user_id,
+            message_id=message_id,
+            with_tool_results=with_tool_results,
+        )
+        events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt.pk, a2a_task=task.pk)
+    queue_adapter.prompt_offer(prompt)
     return task
 
 
-def task_of_caller(*, task_id: str, caller: Caller, member: Member | None = None) -> DelegatedTask:
+def task_of_caller(*, task_id: str, caller: Caller, member: Member | None = None) -> TaskRow:
     """The caller's own task (on ``member``'s endpoint when one is given); others' are not found."""
-    found = DelegatedTask.objects.select_related("member", "prompt", "caller").filter(pk=task_id, caller_id=caller.user_id)
+    found = DelegatedTask.objects.filter(pk=task_id, caller_id=caller.user_id)
     if member is not None:
         found = found.filter(member=member)
-    task = found.first()
-    if task is None:
+    rows = _rows(found)
+    if not rows:
         raise TeamError(ErrorCode.NOT_FOUND, f"No task {task_id!r} of yours here.")
-    return task
+    return rows[0]
 
 
-def task_read(task: DelegatedTask) -> TaskView:
+def task_row(task_id: str) -> TaskRow:
+    """A task by its id, for whoever checked already that it may read it."""
+    return _rows(DelegatedTask.objects.filter(pk=task_id))[0]
+
+
+def task_read(task: TaskRow) -> TaskView:
     """The task's state now (module docstring); a final one is kept on the row."""
-    prompt = task.prompt
+    return task_views([task])[0]
+
+
+def task_views(tasks: list[TaskRow]) -> list[TaskView]:
+    """Each task's state now, in order (``task_read`` of each); the prompt entries of
+    those not final are looked up together."""
+    waiting = [t for t in tasks if t.state not in FINAL_STATES]
+    starts = history.prompt_turn_starts((t.member_id, t.prompt_id) for t in waiting)
+    return [_view(t, starts.get((t.member_id, t.prompt_id))) for t in tasks]
+
+
+def tasks_by_id(task_ids: list[str]) -> list[TaskView]:
+    """The views of these tasks (those that exist), without their prompts' text: for
+    whoever follows tasks it has already shown (delegation/streams.py)."""
+    return task_views(_rows(DelegatedTask.objects.filter(pk__in=task_ids), content=False))
+
+
+def _view(task: TaskRow, started) -> TaskView:
     view = TaskView(
-        id=task.pk,
+        id=task.id,
         context_id=task.context_id,
-        member=task.member.name,
-        author=task.caller.get_username(),
-        prompt_id=prompt.pk,
+        member=task.member_name,
+        author=task.author,
+        prompt_id=task.prompt_id,
         message_id=task.message_id,
-        content=prompt.content,
+        content=task.content,
         state=task.state,
         reason=task.reason,
         answer=task.answer,
         updated_at=task.updated_at,
-        started_at=prompt.started_at,
+        started_at=task.started_at,
     )
     if task.state in FINAL_STATES:
-        view.tool_results = _tool_results(task)
+        view.tool_results = _kept_tool_results(task)
         return view
-    started = history.prompt_turn_start(member_id=task.member_id, prompt_id=prompt.pk)
     if started is None:
-        member = Member.objects.get(pk=task.member_id)
-        if member.phase == Phase.FAILED:
-            return _settle(task, view, TaskState.FAILED, reason=f"{member.name} could not be started.")
-        if member.phase == Phase.RETIRED:
-            return _settle(task, view, TaskState.FAILED, reason=f"{member.name} was retired before the prompt's turn.")
+        if task.member_phase == Phase.FAILED:
+            return _settle(task, view, TaskState.FAILED, reason=f"{task.member_name} could not be started.")
+        if task.member_phase == Phase.RETIRED:
+            return _settle(
+                task, view, TaskState.FAILED, reason=f"{task.member_name} was retired before the prompt's turn."
+            )
         view.state = TaskState.SUBMITTED
         return view
     view.started_at = view.started_at or started.created_at
-    turn = list(history.turn_after(started, kinds=[EntryKind.ASSISTANT_TEXT, EntryKind.TURN_END]))
-    end = next((e for e in turn if e.kind == EntryKind.TURN_END), None)
+    end = None
+    if history.turn_bounded_after(started):  # else the turn runs on: nothing after its start can end it
+        turn = list(history.turn_after(started, kinds=[EntryKind.ASSISTANT_TEXT, EntryKind.TURN_END]))
+        end = next((e for e in turn if e.kind == EntryKind.TURN_END), None)
     if end is None:
         view.state = TaskState.WORKING
         view.updated_at = started.created_at
@@ -135,40 +216,56 @@ def task_read(task: DelegatedTask) -> TaskView:
     texts = [e.data.get("text") or "" for e in turn if e.kind == EntryKind.ASSISTANT_TEXT and e.id < end.id]
     answer = texts[-1] if texts else ""
     reason = end.data.get("reason")
+    results = _tool_results(task, started)
     if reason == "done":
-        return _settle(task, view, TaskState.COMPLETED, answer=answer)
+        return _settle(task, view, TaskState.COMPLETED, answer=answer, tool_results=results)
     if reason == "interrupted":
         why = "canceled by its caller" if task.cancel_requested_at else "the turn was interrupted"
-        return _settle(task, view, TaskState.CANCELED, reason=why, answer=answer)
-    return _settle(task, view, TaskState.FAILED, reason=end.data.get("error") or f"the turn ended: {reason}", answer=answer)
+        return _settle(task, view, TaskState.CANCELED, reason=why, answer=answer, tool_results=results)
+    return _settle(
+        task, view, TaskState.FAILED, reason=end.data.get("error") or f"the turn ended: {reason}", answer=answer,
+        tool_results=results,
+    )
 
 
-def _settle(task: DelegatedTask, view: TaskView, state: str, *, reason: str = "", answer: str = "") -> TaskView:
-    updated = DelegatedTask.objects.filter(pk=task.pk).exclude(state__in=FINAL_STATES).update(
-        state=state, reason=reason, answer=answer, updated_at=timezone.now()
+def _settle(
+    task: TaskRow, view: TaskView, state: str, *, reason: str = "", answer: str = "",
+    tool_results: list[dict] | None = None,
+) -> TaskView:
+    kept = (tool_results or []) if task.with_tool_results else []
+    updated = DelegatedTask.objects.filter(pk=task.id).exclude(state__in=FINAL_STATES).update(
+        state=state, reason=reason, answer=answer, tool_results=kept, updated_at=timezone.now()
     )
     if not updated:  # another process settled it first: its word stands
-        task.refresh_from_db()
-        return task_read(task)
-    task.state, task.reason, task.answer = state, reason, answer
+        return task_read(task_row(task.id))
+    task.state, task.reason, task.answer, task.tool_results = state, reason, answer, kept
     view.state, view.reason, view.answer, view.updated_at = state, reason, answer, timezone.now()
-    view.tool_results = _tool_results(task)
+    view.tool_results = kept
     return view
 
 
-def _tool_results(task: DelegatedTask) -> list[dict]:
-    """The tool results of the task's turn, in order, if its caller asked for them."""
+def _kept_tool_results(task: TaskRow) -> list[dict]:
+    """A final task's tool results, as kept on its row (read from the history once, for
+    a task settled before they were kept)."""
     if not task.with_tool_results:
         return []
-    started = history.prompt_turn_start(member_id=task.member_id, prompt_id=task.prompt_id)
-    if started is None:
+    if task.tool_results is None:
+        started = history.prompt_turn_start(member_id=task.member_id, prompt_id=task.prompt_id)
+        task.tool_results = _tool_results(task, started) if started is not None else []
+        DelegatedTask.objects.filter(pk=task.id).update(tool_results=task.tool_results)
+    return task.tool_results
+
+
+def _tool_results(task: TaskRow, started) -> list[dict]:
+    """The tool results of the task's turn, in order, if its caller asked for them."""
+    if not task.with_tool_results:
         return []
     rows = history.turn_after(started, kinds=[EntryKind.TOOL_RESULT])[:100]
     keys = ("tool", "call_id", "result", "error")
     return [{k: r.data[k] for k in keys if r.data.get(k) is not None} for r in rows]
 
 
-def task_cancel(*, task: DelegatedTask) -> TaskView:
+def task_cancel(*, task: TaskRow) -> TaskView:
     """CancelTask: a waiting prompt is withdrawn (the Queue adapter never offers it);
     one already offered to the session or under way is interrupted, and the task
     is CANCELED when its turn ends so. A final task cannot be canceled."""
@@ -178,7 +275,7 @@ def task_cancel(*, task: DelegatedTask) -> TaskView:
     interrupt_channel = ""
     with transaction.atomic():
         now = timezone.now()
-        DelegatedTask.objects.filter(pk=task.pk).update(cancel_requested_at=now)
+        DelegatedTask.objects.filter(pk=task.id).update(cancel_requested_at=now)
         task.cancel_requested_at = now
         if queue_adapter.prompt_withdraw(prompt_id=task.prompt_id):
             view = _settle(task, view, TaskState.CANCELED, reason="withdrawn before its turn started")
@@ -189,7 +286,7 @@ def task_cancel(*, task: DelegatedTask) -> TaskView:
     return view
 
 
-def task_interrupt_again(*, task: DelegatedTask) -> None:
+def task_interrupt_again(*, task: TaskRow) -> None:
     """A cancel that reached a prompt offered to the session before its turn started
     (the session ignores an interrupt outside a turn): interrupt it again once the
     turn shows up as working. Whoever watches the task calls this."""
@@ -206,13 +303,13 @@ def _interrupt(channel: str) -> None:
 
 
 def tasks_of_caller(*, caller: Caller, member: Member, context_id: str = "", state: str = "", limit: int = 50):
-    found = DelegatedTask.objects.select_related("member", "prompt", "caller").filter(
-        caller_id=caller.user_id, member=member
-    )
+    """ListTasks: the caller's latest ``limit`` tasks on ``member`` (of ``context_id``), and
+    whether there are more; those in ``state`` when one is given."""
+    found = DelegatedTask.objects.filter(caller_id=caller.user_id, member=member)
     if context_id:
         found = found.filter(context_id=context_id)
-    tasks = list(found.order_by("-created_at")[: limit + 1])
-    views = [task_read(t) for t in tasks[:limit]]
+    tasks = _rows(found.order_by("-created_at")[: limit + 1])
+    views = task_views(tasks[:limit])
     if state:
         views = [v for v in views if v.state == state]
     return views, len(tasks) > limit

@@ -8,6 +8,11 @@ it. Which turn an entry is in is the one rule of agents/history_turns.py, which
 the dashboard's timeline (frontend/selectors.py) and the session's cold-resume
 (agents/resume.py) follow too; the questions below are about one turn.
 """
+from collections.abc import Iterable
+
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+
 from agents.history_turns import HistoryTurns, named_turn
 from mailbox.models import EntryKind, HistoryEntry
 from teams.models import Member
@@ -44,13 +49,41 @@ def turn_of(entry: HistoryEntry) -> str:
     return turn_id
 
 
+# The partial index history_turn_bounds's condition, as a literal: SQLite's planner uses
+# a partial index only when the query repeats its condition, and a bound parameter
+# (what ``kind__in`` makes) does not count.
+_TURN_BOUNDS = RawSQL(f"kind IN ('{EntryKind.TURN_START}', '{EntryKind.TURN_END}')", [], output_field=BooleanField())
+
+
+def prompt_turn_starts(prompts: Iterable[tuple[int, str]]) -> dict[tuple[int, str], HistoryEntry]:
+    """The ``prompt`` entries that opened human prompts' turns, by (member id, prompt id),
+    for those whose session recorded one: one query on the history_prompt_entry index,
+    however long the histories."""
+    wanted = set(prompts)
+    if not wanted:
+        return {}
+    rows = HistoryEntry.objects.filter(
+        kind=EntryKind.PROMPT,
+        member_id__in={member_id for member_id, _ in wanted},
+        prompt_id__in={prompt_id for _, prompt_id in wanted},
+    ).order_by("-id")
+    # Oldest last, so the first entry naming a prompt is the one kept.
+    return {(r.member_id, r.prompt_id): r for r in rows if (r.member_id, r.prompt_id) in wanted}
+
+
 def prompt_turn_start(*, member_id: int, prompt_id: str) -> HistoryEntry | None:
     """The ``prompt`` entry that opened a human prompt's turn, once its session recorded it."""
-    return (
-        HistoryEntry.objects.filter(member_id=member_id, kind=EntryKind.PROMPT, prompt_id=prompt_id)
-        .order_by("id")
-        .first()
-    )
+    return prompt_turn_starts([(member_id, prompt_id)]).get((member_id, prompt_id))
+
+
+def turn_bounded_after(start: HistoryEntry) -> bool:
+    """Whether the member's history holds a ``turn_start`` or ``turn_end`` after ``start``.
+    Until it does, the turn ``start`` is in has not ended (``turn_after`` ends a turn at
+    nothing else), which one lookup on the history_turn_bounds index tells."""
+    # Ordered as the index is: with a bare LIMIT (or by id alone) PostgreSQL may walk
+    # the primary key through every later entry of every member instead.
+    later = HistoryEntry.objects.filter(member_id=start.member_id, id__gt=start.id).filter(_TURN_BOUNDS)
+    return later.order_by("member_id", "id").values_list("id", flat=True).first() is not None
 
 
 def turn_after(start: HistoryEntry, *, kinds: list[str]) -> list[HistoryEntry]:

@@ -161,7 +161,16 @@ class HistoryEntry(models.Model):
                 name="history_message_folds",
             ),
         ]
-        indexes = [models.Index(fields=["member", "id"], name="history_member_order")]
+        indexes = [
+            models.Index(fields=["member", "id"], name="history_member_order"),
+            # An A2A task's reads (mailbox/history.py): the entry that opened a prompt's
+            # turn, and the turn boundaries after it, found in O(log n) however long the
+            # history. Partial: the entries of a team message's delivery pay for neither.
+            models.Index(fields=["member", "prompt_id"], name="history_prompt_entry", condition=Q(prompt_id__isnull=False)),
+            models.Index(
+                fields=["member", "id"], name="history_turn_bounds", condition=Q(kind__in=["turn_start", "turn_end"])
+            ),
+        ]
 
 
 class PromptState(models.TextChoices):

@@ -7,8 +7,11 @@ member with no session is started for it, as it would be for a message. A
 session that says hello, or reports itself idle, is offered the next prompt
 (mailbox/sessions.py); the prompt is ``started`` when the session's history
 records the prompt entry (in that entry's commit: mailbox/hot_path.py's EntryJob),
-and ``completed`` with the turn.
+and ``completed`` with the turn. At most ``MAX_QUEUED_PROMPTS_PER_MEMBER`` wait
+for one member (``PROMPT_QUEUE_FULL``), as a target's undelivered team messages
+are capped.
 """
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -20,19 +23,44 @@ from teams.models import Member, Phase, Status
 
 
 def prompt_submit(*, team_id: int, target_name: str, author, content: str) -> HumanPrompt:
+    """Store a prompt and offer it (``prompt_store``, then ``prompt_offer``)."""
+    with transaction.atomic():
+        prompt = prompt_store(team_id=team_id, target_name=target_name, author=author, content=content)
+    return prompt_offer(prompt)
+
+
+def prompt_store(*, team_id: int, target_name: str, author, content: str) -> HumanPrompt:
+    """Store a prompt ``queued``, or refuse it storing nothing; in the caller's transaction,
+    so what belongs with the prompt (an A2A task) is stored with it or not at all.
+    ``prompt_offer`` it after the commit."""
     if not content.strip():
         raise TeamError(ErrorCode.VALIDATION_ERROR, "A prompt needs some content.")
-    target = Member.objects.filter(team_id=team_id, name=target_name).first()
-    if target is None:
-        raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {target_name!r} on this team.")
-    if target.phase == Phase.RETIRED:
-        raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired.")
     with transaction.atomic():
+        # The lock prompts_dispatch takes: two prompts at once cannot both take the last place.
+        target = Member.objects.select_for_update(no_key=True).filter(team_id=team_id, name=target_name).first()
+        if target is None:
+            raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {target_name!r} on this team.")
+        if target.phase == Phase.RETIRED:
+            raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{target_name} is retired.")
+        cap = settings.STEERBOARD["MAX_QUEUED_PROMPTS_PER_MEMBER"]
+        waiting = HumanPrompt.objects.filter(target=target, state=PromptState.QUEUED).count()
+        if waiting >= cap:
+            raise TeamError(
+                ErrorCode.PROMPT_QUEUE_FULL,
+                f"{target_name} already has {waiting} prompts waiting for their turn; wait for one to start.",
+                limit=cap,
+            )
         prompt = HumanPrompt.objects.create(team_id=team_id, target=target, author=author, content=content)
         events.dashboard_notify(team_id, "prompt", member=target.name, prompt_id=prompt.id)
-    if prompts_dispatch(member_id=target.pk) is None:
+    return prompt
+
+
+def prompt_offer(prompt: HumanPrompt) -> HumanPrompt:
+    """A stored prompt goes to its member if it is idle; a member with no session is
+    started for it by the team's host. Answers the prompt as it then is."""
+    if prompts_dispatch(member_id=prompt.target_id) is None:
         # A member with no session is resumed for its prompt, as it would be for a message.
-        hosts.member_start(member_id=target.pk)
+        hosts.member_start(member_id=prompt.target_id)
     prompt.refresh_from_db()
     return prompt
 

@@ -119,12 +119,14 @@ def token_key(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def request_charge(key) -> None:
+def request_charge(key, cost: int = 1) -> None:
     """Charge one request to a token (``key`` names it, e.g. its SHA-256), or raise
-    429 ``RATE_LIMITED`` with the limit and ``retry_after`` seconds."""
+    429 ``RATE_LIMITED`` with the limit and ``retry_after`` seconds. ``cost``: a
+    request that does the work of several counts as that many (an A2A ListTasks,
+    docs/a2a.md)."""
     limits = _limits()
     rate, burst = limits["RATE_LIMIT_PER_SECOND"], limits["RATE_LIMIT_BURST"]
-    wait = requests.take(key, 1, rate=rate, burst=burst)
+    wait = requests.take(key, cost, rate=rate, burst=burst)
     if wait:
         raise TeamError(
             ErrorCode.RATE_LIMITED,

@@ -58,12 +58,20 @@ async def _checkpoint_loop(interval: float) -> None:
                 log.warning("WAL checkpoint failed; trying again next interval", exc_info=True)
 
 
+async def _set_or_after(event: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` is set, or ``seconds`` have passed. Not ``asyncio.wait_for``: on
+    Python 3.11 it swallows a cancel that comes as the event is set (the database came
+    back as the process stopped), and the loop then never ends."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        pass
+
+
 async def _sweep_loop(interval: float) -> None:
     while True:
-        try:  # the interval, or less: the database came back, and recovery starts at once
-            await asyncio.wait_for(_wake.wait(), interval)
-        except asyncio.TimeoutError:
-            pass
+        await _set_or_after(_wake, interval)  # the interval, or less: the database came back, and recovery starts at once
         _wake.clear()
         try:
             await to_db_thread(recovery_pass)()
@@ -76,10 +84,7 @@ async def _reconcile_loop(interval: float) -> None:
     """recovery.presence_reconcile: when a detach failed (``reconcile_soon``), when the
     database comes back, and every ``interval``; tried again until it lands."""
     while True:
-        try:
-            await asyncio.wait_for(_reconcile.wait(), interval)
-        except asyncio.TimeoutError:
-            pass
+        await _set_or_after(_reconcile, interval)
         _reconcile.clear()
         try:
             await to_db_thread(presence_reconcile)()

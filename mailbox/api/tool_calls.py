@@ -86,7 +86,7 @@ async def respond_json(send, status: int, body: dict, extra: list[tuple[bytes, b
     await send({"type": "http.response.body", "body": payload})
 
 
-async def _body(receive, limit: int | None) -> bytes | None:
+async def body_read(receive, limit: int | None) -> bytes | None:
     """The request body, or None when it is larger than the limit."""
     chunks, size = [], 0
     while True:
@@ -110,7 +110,7 @@ async def app(scope, receive, send) -> None:
     name = scope["path"][len(PREFIX):]
     try:
         try:
-            body = await _body(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+            body = await body_read(receive, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         except ConnectionResetError:
             return
         result = await tool_request(

@@ -52,3 +52,39 @@ def states(events: list[pb.StreamResponse]) -> list[str]:
 
 def artifact_texts(events: list[pb.StreamResponse]) -> list[str]:
     return [p.text for e in events if e.HasField("artifact_update") for p in e.artifact_update.artifact.parts if p.text]
+
+
+# --- in-process: the A2A bindings as raw HTTP on the real ASGI application ------------------------
+A2A_VERSION = {"A2A-Version": "1.0"}
+
+
+def rpc_body(method: str, params: dict, rpc_id: int | str = 1) -> dict:
+    return {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
+
+
+def send_params(text: str, *, context_id: str = "", message_id: str = "m-1") -> dict:
+    """SendMessage's params: a message that returns at once with its task."""
+    message = {"role": "ROLE_USER", "messageId": message_id, "parts": [{"text": text}]}
+    if context_id:
+        message["contextId"] = context_id
+    return {"message": message, "configuration": {"returnImmediately": True}}
+
+
+async def rpc(http: httpx.AsyncClient, token: str, method: str, params: dict, *, path: str, content: bytes | None = None):
+    """A JSON-RPC call to ``path`` (``/a2a/<team>/<member>/``), or ``content`` as the raw body."""
+    headers = {**A2A_VERSION, "Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    if content is not None:
+        return await http.post(path, content=content, headers=headers)
+    return await http.post(path, json=rpc_body(method, params), headers=headers)
+
+
+def steerboard_code(error: dict) -> str | None:
+    """The Steerboard error code an A2A error carries (JSON-RPC ``error.data``, or the
+    HTTP+JSON binding's ``error.details``: the ErrorInfo metadata)."""
+    data = error.get("data", error.get("details"))
+    if isinstance(data, dict):
+        return data.get("code")
+    for detail in data or []:
+        if isinstance(detail, dict) and isinstance(detail.get("metadata"), dict) and "code" in detail["metadata"]:
+            return detail["metadata"]["code"]
+    return None

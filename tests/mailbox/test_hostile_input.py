@@ -389,3 +389,110 @@ def test_the_parser_scans_depth_before_it_recurses_and_lets_the_common_body_thro
     with pytest.raises(ValueError):
         wire.json_loads(b'"\xed\xa0\x80"')  # a surrogate as raw UTF-8 bytes: not UTF-8
     assert wire.json_loads('"\\ud83d\\ude00"') == "😀"  # a pair is one code point
+
+
+# --- /a2a (issue 26, item 3): the same parser, the A2A bindings' own invalid-params errors ------------
+A2A_PATH = "/a2a/alpha/impl/"
+
+
+@database_sync_to_async
+def a2a_credential() -> str:
+    from delegation.credentials import credential_create
+
+    return credential_create(name="planner", teams=["alpha"])[1]
+
+
+@database_sync_to_async
+def a2a_stored() -> tuple:
+    from delegation.models import DelegatedTask
+
+    return (sorted(HumanPrompt.objects.values_list("content", flat=True)),
+            sorted(DelegatedTask.objects.values_list("context_id", flat=True)))
+
+
+def a2a_send(text: str = '"hi"', *, message_id: str = '"m-1"', context_id: str = '"ctx-1"') -> str:
+    """A SendMessage body with raw JSON for its text, messageId and contextId."""
+    return ('{"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": {"role": "ROLE_USER", '
+            f'"messageId": {message_id}, "contextId": {context_id}, "parts": [{{"text": {text}}}]}}, '
+            '"configuration": {"returnImmediately": true}}}')
+
+
+def a2a_call(method: str, params: str) -> str:
+    return f'{{"jsonrpc": "2.0", "id": 7, "method": "{method}", "params": {params}}}'
+
+
+# (label, raw body, JSON-RPC error code, the field the message starts with or None)
+A2A_JSONRPC_BAD = [
+    ("NUL in the text", a2a_send('"a\\u0000b"'), -32602, "params.message.parts.0.text"),
+    ("lone surrogate in the text", a2a_send('"\\ud800"'), -32602, "params.message.parts.0.text"),
+    ("NUL in messageId", a2a_send(message_id='"m\\u0000"'), -32602, "params.message.messageId"),
+    ("NUL in contextId", a2a_send(context_id='"c\\u0000"'), -32602, "params.message.contextId"),
+    ("contextId over 64", a2a_send(context_id='"' + "c" * 65 + '"'), -32602, "message.contextId"),
+    ("messageId over 128", a2a_send(message_id='"' + "m" * 129 + '"'), -32602, "message.messageId"),
+    ("NUL in GetTask's id", a2a_call("GetTask", '{"id": "t\\u0000"}'), -32602, "params.id"),
+    ("NUL in CancelTask's id", a2a_call("CancelTask", '{"id": "t\\u0000"}'), -32602, "params.id"),
+    ("NUL in SubscribeToTask's id", a2a_call("SubscribeToTask", '{"id": "t\\u0000"}'), -32602, "params.id"),
+    ("NUL in ListTasks' contextId", a2a_call("ListTasks", '{"contextId": "\\u0000"}'), -32602, "params.contextId"),
+    ("negative pageSize", a2a_call("ListTasks", '{"pageSize": -1}'), -32602, "pageSize"),
+    ("negative historyLength", a2a_call("GetTask", '{"id": "t", "historyLength": -1}'), -32602, "historyLength"),
+    ("pageSize past 64 bits", a2a_call("ListTasks", '{"pageSize": ' + "9" * 30 + "}"), -32602, None),
+    ("params nested 100 deep", a2a_call("ListTasks", nested(100)), -32602, None),
+    ("a body of 100 000 [", "[" * 100_000, -32602, None),
+    ("not JSON", '{"jsonrpc": "2.0", "id": 7, "method": ', -32700, None),
+]
+
+
+async def test_hostile_a2a_jsonrpc_bodies_get_invalid_params_naming_the_field_and_store_nothing(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "impl")
+    token = await a2a_credential()
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "Content-Type": "application/json"}
+    cases = [(label, body.encode(), code, field) for label, body, code, field in A2A_JSONRPC_BAD]
+    cases.append(("invalid UTF-8", a2a_send('"caf\xe9"').encode("latin-1"), -32700, None))
+    for label, body, code, field in cases:
+        response = await api.http.post(A2A_PATH, content=body, headers=headers)
+        assert response.status_code == 200, (label, response.status_code, response.text[:300])
+        error = response.json()["error"]
+        assert error["code"] == code, (label, error)
+        assert "VALIDATION_ERROR" in json.dumps(error), (label, error)
+        if field:
+            assert error["message"].startswith(field + ":"), (label, error)
+        assert "PostgreSQL" not in error["message"] and "varying" not in error["message"], (label, error)
+    # Valid text the parser lets through is stored as sent.
+    ok = await api.http.post(A2A_PATH, content=a2a_send('"\\ud83d\\ude00 [[[ {{{"').encode(), headers=headers)
+    assert ok.json()["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED", ok.text
+    assert await a2a_stored() == (["😀 [[[ {{{"], ["ctx-1"])
+
+
+async def test_hostile_a2a_rest_binding_requests_get_400_naming_the_field_and_store_nothing(api):
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "impl")
+    token = await a2a_credential()
+    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "Content-Type": "application/json"}
+    message = '{"message": {"role": "ROLE_USER", "messageId": "m", "contextId": CTX, "parts": [{"text": TEXT}]}}'
+    cases = [
+        ("POST", "rest/message:send", message.replace("TEXT", '"a\\u0000"').replace("CTX", '"c"'),
+         "message.parts.0.text"),
+        ("POST", "rest/message:send", message.replace("TEXT", '"hi"').replace("CTX", '"' + "c" * 65 + '"'),
+         "message.contextId"),
+        ("POST", "rest/message:stream", message.replace("TEXT", '"hi"').replace("CTX", '"c\\u0000"'),
+         "message.contextId"),
+        ("POST", "rest/message:send", nested(100_000), None),
+        ("POST", "rest/message:send", '{"message": ', None),
+        ("GET", "rest/tasks/t%00x", None, "path"),
+        ("GET", "rest/tasks?contextId=c%00", None, "query"),
+        ("GET", "rest/tasks?pageSize=-1", None, "pageSize"),
+        ("POST", "rest/tasks/t%00:cancel", None, "path"),
+        ("GET", "rest/tasks/t%00:subscribe", None, "path"),
+    ]
+    for method, path, body, field in cases:
+        content = body.encode() if body is not None else None
+        response = await api.http.request(method, A2A_PATH + path, content=content, headers=headers)
+        assert response.status_code == 400, (path, body and body[:60], response.status_code, response.text[:300])
+        error = response.json()["error"]
+        assert "VALIDATION_ERROR" in json.dumps(error), (path, error)
+        if field:
+            assert error["message"].startswith(field + ":"), (path, error)
+    response = await api.http.post(A2A_PATH + "rest/message:send", content=b'{"message": "caf\xe9"}', headers=headers)
+    assert response.status_code == 400, response.text
+    assert await a2a_stored() == ([], [])

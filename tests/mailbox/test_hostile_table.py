@@ -2,7 +2,8 @@
 every field of every REST tool (the fields are read from ``GET /api/v1/tools``, so a
 new field is covered without editing this file), the same calls as websocket ``tool``
 frames and over MCP, every field of the agent's and the host's websocket frames, and
-the polling-session and operator bodies, against a real daphne process.
+the polling-session and operator bodies, and every field of every A2A method over
+both of /a2a's bindings (JSON-RPC and HTTP+JSON), against a real daphne process.
 
 Asserted for every case: no 5xx, a 4xx is the JSON error shape with a code, no
 websocket closed with 1011 (each frame is followed by a probe that must be answered),
@@ -13,6 +14,7 @@ import asyncio
 import itertools
 import json
 import re
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -306,3 +308,158 @@ class HostSocket:
                         return
         except websockets.ConnectionClosed as exc:
             raise AssertionError(f"{what} closed the host socket: {exc.rcvd}") from exc
+
+
+# --- /a2a (issue 26, item 3) ---------------------------------------------------------------------
+# A valid call of each A2A method; one field at a time is replaced by each hostile value.
+A2A_BASE = {
+    "SendMessage": {
+        "message": {"role": "ROLE_USER", "messageId": "m", "contextId": "ctx", "parts": [{"text": "hi"}],
+                    "metadata": {}},
+        "configuration": {"returnImmediately": True, "historyLength": 1},
+        "metadata": {},
+    },
+    "SendStreamingMessage": {
+        "message": {"role": "ROLE_USER", "messageId": "m", "contextId": "ctx", "parts": [{"text": "hi"}]},
+    },
+    "GetTask": {"id": "t", "historyLength": 1},
+    "ListTasks": {"contextId": "c", "pageSize": 10, "status": "TASK_STATE_WORKING", "historyLength": 1,
+                  "includeArtifacts": False, "pageToken": ""},
+    "CancelTask": {"id": "t"},
+    "SubscribeToTask": {"id": "t"},
+}
+A2A_STREAMING = ("SendStreamingMessage", "SubscribeToTask")
+_RAW = "__hostile__"
+
+
+def with_raw(base: dict, path: tuple, raw: str) -> str:
+    """``base`` as JSON text with the value at ``path`` (keys and list indexes) replaced by raw JSON text."""
+    value = json.loads(json.dumps(base))
+    here = value
+    for step in path[:-1]:
+        here = here[step]
+    here[path[-1]] = _RAW
+    return json.dumps(value).replace(json.dumps(_RAW), raw)
+
+
+def field_paths(value, prefix=()) -> list[tuple]:
+    """Every field of a base call, nested ones too, and an unknown one beside each object's fields."""
+    paths = []
+    if isinstance(value, dict):
+        paths.append((*prefix, "\u202eunknown"))
+        for key, child in value.items():
+            paths.append((*prefix, key))
+            paths += field_paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            paths.append((*prefix, index))
+            paths += field_paths(child, (*prefix, index))
+    return paths
+
+
+def a2a_rpc_cases() -> list[tuple[str, str, str]]:
+    """(method, label, raw JSON-RPC body): every field of every method's params, the envelope, the body."""
+    cases = []
+    for method, base in A2A_BASE.items():
+        envelope = {"jsonrpc": "2.0", "id": 1, "method": method, "params": base}
+        for path, (label, raw) in itertools.product(field_paths(base), VALUES):
+            cases.append((method, f"params.{'.'.join(map(str, path))}={label}", with_raw(envelope, ("params", *path), raw)))
+    for field, (label, raw) in itertools.product(("jsonrpc", "id", "method", "params"), VALUES):
+        envelope = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"}}
+        cases.append(("GetTask", f"{field}={label}", with_raw(envelope, (field,), raw)))
+    for label, raw in VALUES:
+        cases.append(("GetTask", f"body={label}", raw))
+    return cases
+
+
+def as_text(raw: str) -> str:
+    """A hostile value as text for a URL: the string it is, or its JSON text."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+    return value if isinstance(value, str) else raw
+
+
+async def a2a_answer_ok(http: httpx.AsyncClient, url: str, body: str, headers: dict, what, streaming: bool) -> None:
+    """Answered below 500; a JSON-RPC error is never an internal error; a stream is read to its first event."""
+    if streaming:
+        async with http.stream("POST", url, content=body.encode(), headers=headers) as response:
+            assert response.status_code < 500, (what, response.status_code)
+            if response.headers["content-type"].startswith("text/event-stream"):
+                async for line in response.aiter_lines():
+                    if line.startswith("data:"):
+                        event = json.loads(line[5:])
+                        assert event.get("error", {}).get("code") != -32603, (what, event)
+                        return
+                return
+            await response.aread()
+    else:
+        response = await http.post(url, content=body.encode(), headers=headers)
+    ok_4xx(response, what)
+    if response.status_code == 200 and "jsonrpc" in response.json():
+        answer = response.json()
+        assert "result" in answer or answer["error"]["code"] != -32603, (what, answer)
+
+
+async def test_every_field_of_every_a2a_method_and_binding_survives_the_hostile_table(live_env):
+    """The table measures the parser, not the limits (tests/delegation/test_a2a_gate.py has those)."""
+    from tests.support.live import DaphneProcess
+
+    server = DaphneProcess(live_env, STEERBOARD_RATE_LIMIT_PER_SECOND="1000000", STEERBOARD_RATE_LIMIT_BURST="1000000",
+                           STEERBOARD_MAX_QUEUED_PROMPTS_PER_MEMBER="1000000").start()
+    try:
+        team = live_env.team_create("fuzz")
+        token = live_env.manage_json("a2a_credential", "fuzzer", "--team", "fuzz")["token"]
+        url = f"{server.url}/a2a/fuzz/lead/"
+        headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "Content-Type": "application/json"}
+        counts = {}
+        # Many at once: a hostile configuration can make a valid SendMessage one that
+        # blocks (it waits up to 60 s for a turn that never comes here).
+        limit = asyncio.Semaphore(64)
+
+        async def each(calls) -> int:
+            async def one(call) -> None:
+                async with limit:
+                    await call
+
+            await asyncio.gather(*(one(c) for c in calls))
+            return len(calls)
+
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=80)) as http:
+            # JSON-RPC: every field of every method, the envelope, the whole body.
+            counts["jsonrpc"] = await each([
+                a2a_answer_ok(http, url, body, headers, ("jsonrpc", method, label), method in A2A_STREAMING)
+                for method, label, body in a2a_rpc_cases()
+            ])
+            # HTTP+JSON: the message bodies, and ids in the path and the query.
+            calls = []
+            for name in ("SendMessage", "SendStreamingMessage"):
+                base = A2A_BASE[name]
+                path = "rest/message:send" if name == "SendMessage" else "rest/message:stream"
+                for field, (label, raw) in itertools.product(field_paths(base), VALUES):
+                    calls.append(a2a_answer_ok(http, url + path, with_raw(base, field, raw), headers,
+                                               ("rest", path, field, label), name == "SendStreamingMessage"))
+            rest = await each(calls)
+            for label, raw in VALUES:
+                text = quote(as_text(raw)[:2000].encode("utf-8", "surrogatepass"), safe="")
+                for method, path in (("GET", f"rest/tasks/{text}"), ("POST", f"rest/tasks/{text}:cancel"),
+                                     ("GET", f"rest/tasks?contextId={text}"), ("GET", f"rest/tasks?pageSize={text}"),
+                                     ("GET", f"rest/tasks?status={text}"), ("GET", f"rest/tasks?historyLength={text}"),
+                                     ("GET", f"rest/tasks/t?historyLength={text}")):
+                    ok_4xx(await http.request(method, url + path, headers=headers), ("rest", method, path[:60], label))
+                    rest += 1
+            counts["rest"] = rest
+            # The team is as it was: its Lead answers a card, its roster is whole.
+            assert (await http.get(url + ".well-known/agent-card.json")).status_code == 200
+            roster = (await http.post(f"{server.url}/api/v1/tools/list_agents", json={},
+                                      headers={"Authorization": f"Bearer {team['lead']['token']}"})).json()
+            assert [a["name"] for a in roster["agents"]] == ["lead"]
+        log = server.log()
+        assert "Traceback" not in log, log[log.find("Traceback") - 500:][:4000]
+        assert not re.findall(r'" 5\d\d ', log), log[-3000:]
+        total = sum(counts.values())
+        print(f"hostile table on /a2a: {total} cases ({counts}), {len(VALUES)} hostile values")
+        assert total > 1500
+    finally:
+        server.stop()

@@ -131,3 +131,23 @@ async def test_a_prompt_to_a_member_without_a_session_resumes_it_through_the_hos
     assert (await lead.expect("prompt"))["prompt"]["content"] == "begin"
     await lead.close()
     await host.close()
+
+
+async def test_prompts_waiting_for_one_member_are_capped_on_the_operator_api_too(api, settings):
+    """The cap is the Queue adapter's (issue 26): every source of prompts meets it."""
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_QUEUED_PROMPTS_PER_MEMBER": 2}
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")  # no session: its prompts wait
+    token = await person("ops", operator=True)
+
+    async def prompt(target: str, content: str):
+        return await api.http.post("/api/v1/teams/alpha/prompts", json={"target": target, "content": content},
+                                   headers={"Authorization": f"Token {token}"})
+
+    for n in range(2):
+        assert (await prompt("implementer", f"p{n}")).status_code == 201
+    refused = await prompt("implementer", "one too many")
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "PROMPT_QUEUE_FULL" and refused.json()["limit"] == 2
+    assert await database_sync_to_async(HumanPrompt.objects.count)() == 2
+    assert (await prompt("lead", "another member's queue is its own")).status_code == 201
