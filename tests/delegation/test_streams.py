@@ -2,7 +2,7 @@
 which reads every followed task once per doorbell and wakes only the streams whose
 task changed (issue 26, item 2), on the test run's channel layer and database."""
 import asyncio
-from mailbox import sessions
+from mailbox import hot_path, sessions
 
 import pytest
 from channels.db import database_sync_to_async
@@ -29,7 +29,7 @@ def two_tasks():
 
 @database_sync_to_async
 def report(worker, **entry) -> None:
-    sessions.session_entry(member=worker, entry=entry)
+    hot_path.entry_record(member=worker, entry=entry)
 
 
 async def until(predicate, what: str, timeout: float = 10) -> None:
