@@ -752,8 +752,10 @@ def main() -> int:
                         help="the idle sessions' websocket keepalive ping interval, s (the SDK's: websockets' "
                              "default, 20); 0: none")
     parser.add_argument("--axis-duration", type=float, default=20.0, help="seconds of each open-loop run of the axis")
-    parser.add_argument("--axis-settle", type=float, default=5.0,
-                        help="seconds between the idle sessions' welcome and the axis's second run")
+    parser.add_argument("--axis-settle", type=float, default=25.0,
+                        help="seconds between the idle sessions' welcome and the axis's second run: the server "
+                             "settles its heap every 10 s (mailbox/sweeper.py heap_settle), a connect storm's "
+                             "objects within two settles")
     args = parser.parse_args()
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     if args.phases - set(PHASES):
