@@ -3,6 +3,8 @@
     python bench/engine.py                                 # embedded, then scale-out
     python bench/engine.py --backend embedded --send-via rest
     python bench/engine.py --backend scale-out --send-via ws
+    python bench/engine.py --backend embedded --phases unkeyed,keyed,sdk
+    python bench/engine.py --backend embedded --phases sessions --idle-sessions 2000
 
 Per backend: (1) the floor: a bare ASGI app (bench/bare_app.py) under the same
 daphne, measured with the same client: POST req/s at saturation, one POST's
@@ -14,10 +16,17 @@ the target) and its ratio to the bare POST rate; (3) server CPU ms
 per delivered message (/proc of every daphne process); (4) SQL statements
 and commits per delivered message, from a counted pass (STEERBOARD_COUNT_SQL=1,
 GET /api/v1/debug/sql); (5) send→delivered p50/p99 at a light fixed rate and
-at 100 msg/s, against the bare POST p50. Then a summary against the targets of
-issue 11. The load comes from worker processes (bench/lean.py: `websockets`
-and aiohttp, no Django); their CPU is printed beside each saturation figure so
-a client-bound run shows.
+at 100 msg/s, against the bare POST p50. The saturation runs twice on the same
+server, without and with an idempotency_key on each send (--phases unkeyed,keyed).
+(6) Real SDK sessions (agents.AgentSession, a ring model answering each team
+message with one keyed send_message to the next session: --phases sdk), their
+delivered msg/s beside the bare POST rate. (7) The sessions axis on a fresh
+server (--phases sessions): send→delivered at --light-rate with 8 and with
+--idle-sessions connected sessions, same run. Then summaries against the targets
+of issues 11 and 32. The load comes from worker processes (bench/lean.py:
+`websockets` and aiohttp, no Django; the SDK sessions and the idle sessions in
+worker processes of their own); their CPU is printed beside each saturation
+figure so a client-bound run shows.
 
 Needs `pip install aiohttp` (orjson is used when installed).
 """
