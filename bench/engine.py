@@ -260,12 +260,13 @@ def db_name(bench: Bench) -> str:
 
 def merge(parts: list[dict]) -> dict:
     out = {"sent_ok": 0, "missing": 0, "refused": {}, "errors": {}, "answered": [], "delivered": [],
-           "answered_in_window": 0, "acked_in_window": 0}
+           "answered_in_window": 0, "acked_in_window": 0, "slowest": []}
     for p in parts:
         for k in ("sent_ok", "missing", "answered_in_window", "acked_in_window"):
             out[k] += p[k]
         out["answered"] += p["answered"]
         out["delivered"] += p["delivered"]
+        out["slowest"] = sorted(out["slowest"] + p.get("slowest", []), key=lambda x: -x[1])[:20]
         for k in ("refused", "errors"):
             for code, n in p[k].items():
                 out[k][code] = out[k].get(code, 0) + n
@@ -560,14 +561,21 @@ def sessions_axis(pool: Pool, idle_pool: Pool, backend: str, processes: int, arg
             idle_pool.send(w, "idle", members=members[w::workers], servers=urls, ping_interval=ping)
         for w in range(workers):
             idle_pool.recv(w, timeout=900)
+        status = [idle_pool.call(w, "idle_status") for w in range(workers)]
         print(f"  {len(members)} idle sessions connected and welcomed in {time.monotonic() - t:.0f} s over {workers} "
-              f"worker processes; settling {args.axis_settle:g} s")
+              f"worker processes ({sum(s['reconnects'] for s in status)} reconnects while connecting); settling "
+              f"{args.axis_settle:g} s")
         time.sleep(args.axis_settle)
+        before = [idle_pool.call(w, "idle_status") for w in range(workers)]
         measure("many", total)
         status = [idle_pool.call(w, "idle_status") for w in range(workers)]
         connected = sum(s["connected"] for s in status)
         print(f"  idle sessions at the end: {connected} of {sum(s['sessions'] for s in status)} connected, "
-              f"{sum(s['reconnects'] for s in status)} reconnects, {sum(s['error_frames'] for s in status)} error frames")
+              f"{sum(s['reconnects'] for s in status) - sum(s['reconnects'] for s in before)} reconnects during the "
+              f"second run, {sum(s['error_frames'] for s in status)} error frames")
+        for s in status:
+            for exc in s["exceptions"]:
+                print("  idle worker exception:\n" + exc)
         few, many = phases["few"], phases["many"]
         r50, r99 = many["p50"] / few["p50"], many["p99"] / few["p99"]
         print(f"  with {total} / with {AXIS_TEAM} sessions: p50 {r50:.2f}x (target ≤ 1.5x), p99 {r99:.2f}x "

@@ -538,6 +538,9 @@ class Worker:
             "missing": missing,
             "answered": [r[2] - r[1] for r in ok],
             "delivered": [self.acked_at[r[3]] - r[1] for r in ok if r[3] in self.acked_at],
+            # (monotonic send time, send→delivered) of the slowest: where in the run the tail was
+            "slowest": sorted(((r[1], self.acked_at[r[3]] - r[1]) for r in ok if r[3] in self.acked_at),
+                              key=lambda x: -x[1])[:20],
             "answered_in_window": sum(1 for r in ok if w0 <= r[2] <= w1),
             "acked_in_window": sum(1 for t in self.ack_times if w0 <= t <= w1),
         }

@@ -75,6 +75,7 @@ def heap(monkeypatch):
     from mailbox import sweeper
 
     monkeypatch.setattr(sweeper, "_heap_baseline", 0)
+    monkeypatch.setattr(sweeper, "_heap_frozen", 0)
     yield sweeper
     gc.unfreeze()
 
