@@ -273,6 +273,14 @@ def merge(parts: list[dict]) -> dict:
     return out
 
 
+def merge_counts(counts) -> dict:
+    out: dict = {}
+    for c in counts:
+        for k, n in c.items():
+            out[k] = out.get(k, 0) + n
+    return out
+
+
 def problems(m: dict) -> str:
     refused = sum(m["refused"].values())
     errors = sum(m["errors"].values())
@@ -563,7 +571,8 @@ def sessions_axis(pool: Pool, idle_pool: Pool, backend: str, processes: int, arg
             idle_pool.recv(w, timeout=900)
         status = [idle_pool.call(w, "idle_status") for w in range(workers)]
         print(f"  {len(members)} idle sessions connected and welcomed in {time.monotonic() - t:.0f} s over {workers} "
-              f"worker processes ({sum(s['reconnects'] for s in status)} reconnects while connecting); settling "
+              f"worker processes ({sum(s['reconnects'] for s in status)} reconnects while connecting"
+              f"{': ' + str(merge_counts(s['lost'] for s in status)) if any(s['lost'] for s in status) else ''}); settling "
               f"{args.axis_settle:g} s")
         time.sleep(args.axis_settle)
         before = [idle_pool.call(w, "idle_status") for w in range(workers)]

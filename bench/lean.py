@@ -192,8 +192,10 @@ class Session:
                     await ws.send(dumps({"type": "hello", "status": "idle"}))
                     async for raw in ws:
                         await self._frame(ws, loads(raw))
-            except (OSError, WebSocketException, asyncio.TimeoutError):
-                pass
+                    self.worker.lost[f"closed {ws.close_code}"] += 1
+            except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
+                code = getattr(getattr(exc, "rcvd", None), "code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+                self.worker.lost[f"{type(exc).__name__}{f' {code}' if code else ''}"] += 1
             except Exception:  # a frame this client did not expect: note it, reconnect
                 if len(self.worker.exceptions) < 5:
                     self.worker.exceptions.append(traceback.format_exc())
@@ -279,6 +281,8 @@ class Session:
 
 # --- the worker ----------------------------------------------------------------------------------
 class Worker:
+    CONNECTING = 16  # idle sessions opening at once (op_idle)
+
     def __init__(self, conn, index: int):
         self.conn = conn
         self.index = index
@@ -293,6 +297,7 @@ class Worker:
         self.error_frames = 0
         self.exceptions: list[str] = []
         self.ids = itertools.count()
+        self.lost: Counter = Counter()  # how sessions' connections ended or failed, by close code or error
         self.run_id = f"{os.getpid()}-{time.time_ns()}"  # idempotency keys: new in every run
 
     # The parent process's pipe: one operation at a time.
@@ -652,10 +657,17 @@ class Worker:
         self.reconnects = 0
         self.sessions = [Session(self, n, tok, servers[s].replace("http://", "ws://"), ping_interval)
                          for n, tok, s in members]
-        for s in self.sessions:
-            s.start()
-            await asyncio.sleep(0.002)  # do not open them all in one burst
         deadline = time.monotonic() + timeout
+        started: list[Session] = []
+        for s in self.sessions:
+            # At most CONNECTING handshakes and hellos at once: a storm of them past what the server
+            # answers in time ends in handshake timeouts and a storm of reconnects.
+            while sum(not x.welcomed.is_set() for x in started[-4 * self.CONNECTING:]) >= self.CONNECTING:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"idle sessions not welcomed after {timeout}s")
+                await asyncio.sleep(0.005)
+            s.start()
+            started.append(s)
         while not all(s.welcomed.is_set() for s in self.sessions):
             if time.monotonic() > deadline:
                 missing = [s.name for s in self.sessions if not s.welcomed.is_set()]
@@ -666,7 +678,7 @@ class Worker:
     async def op_idle_status(self) -> dict:
         """How the idle sessions fare: still connected (welcomed), reconnects since op_idle, error frames."""
         return {"connected": sum(s.welcomed.is_set() for s in self.sessions), "sessions": len(self.sessions),
-                "reconnects": self.reconnects, "error_frames": self.error_frames, "exceptions": self.exceptions[:3]}
+                "reconnects": self.reconnects, "lost": dict(self.lost), "error_frames": self.error_frames, "exceptions": self.exceptions[:3]}
 
     # --- real SDK sessions: agents.AgentSession with a ring model -----------------------------------
     async def op_sdk(self, members: list, servers: list[str], timeout: float = 180) -> dict:
