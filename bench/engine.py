@@ -450,6 +450,13 @@ def steerboard(pool: Pool, sdk_pool: Pool | None, backend: str, processes: int, 
 
         if sdk_team is not None:
             sdk_phase(sdk_pool, bench, sdk_team, floor, args, result)
+            rows = [(label, result[key]) for label, key in (("raw client, unkeyed", "unkeyed"),
+                    ("raw client, keyed", "keyed"), ("SDK sessions (keyed)", "sdk")) if key in result]
+            print(f"\n  the user's path beside the raw client, same server (delivered msg/s; ratio to the bare POST rate "
+                  f"{floor['post_rate']:,.0f} req/s; server CPU per delivered message)   [{loadavg()}]")
+            for label, r in rows:
+                print(f"    {label:<22} {r['rate']:>9,.1f}  {r['rate'] / floor['post_rate']:.3f}  {r['cpu_ms']:.2f} ms"
+                      + (f" (SDK workers {r['client_cpu_ms']:.2f} ms)" if "client_cpu_ms" in r else ""))
 
         result["audit_ok"] = True
         for name in [team["team"]] + ([sdk_team["team"]] if sdk_team is not None else []):
