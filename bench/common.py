@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import websockets
 
-from harness import ROOT, Environment, Server, free_port, provision  # noqa: F401  (ROOT: for the benches)
+from harness import ROOT, Environment, Server, free_port, provision, provision_teams  # noqa: F401  (for the benches)
 
 from agents.wire_agent import WireAgent  # noqa: E402
 

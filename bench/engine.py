@@ -3,6 +3,8 @@
     python bench/engine.py                                 # embedded, then scale-out
     python bench/engine.py --backend embedded --send-via rest
     python bench/engine.py --backend scale-out --send-via ws
+    python bench/engine.py --backend embedded --phases unkeyed,keyed,sdk
+    python bench/engine.py --backend embedded --phases sessions --idle-sessions 2000
 
 Per backend: (1) the floor: a bare ASGI app (bench/bare_app.py) under the same
 daphne, measured with the same client: POST req/s at saturation, one POST's
@@ -14,10 +16,17 @@ the target) and its ratio to the bare POST rate; (3) server CPU ms
 per delivered message (/proc of every daphne process); (4) SQL statements
 and commits per delivered message, from a counted pass (STEERBOARD_COUNT_SQL=1,
 GET /api/v1/debug/sql); (5) send→delivered p50/p99 at a light fixed rate and
-at 100 msg/s, against the bare POST p50. Then a summary against the targets of
-issue 11. The load comes from worker processes (bench/lean.py: `websockets`
-and aiohttp, no Django); their CPU is printed beside each saturation figure so
-a client-bound run shows.
+at 100 msg/s, against the bare POST p50. The saturation runs twice on the same
+server, without and with an idempotency_key on each send (--phases unkeyed,keyed).
+(6) Real SDK sessions (agents.AgentSession, a ring model answering each team
+message with one keyed send_message to the next session: --phases sdk), their
+delivered msg/s beside the bare POST rate. (7) The sessions axis on a fresh
+server (--phases sessions): send→delivered at --light-rate with 8 and with
+--idle-sessions connected sessions, same run. Then summaries against the targets
+of issues 11 and 32. The load comes from worker processes (bench/lean.py:
+`websockets` and aiohttp, no Django; the SDK sessions and the idle sessions in
+worker processes of their own); their CPU is printed beside each saturation
+figure so a client-bound run shows.
 
 Needs `pip install aiohttp` (orjson is used when installed).
 """
@@ -33,13 +42,14 @@ from pathlib import Path
 
 import httpx
 
-from common import BACKENDS, Bench, audit_line, durable_commits, free_port, pct
+from common import BACKENDS, Bench, durable_commits, free_port, pct, provision, provision_teams, rss_kib
 from lean import (JSON_LIB, Pool, Unsupported, all_cpu_seconds, loadavg, machine_ticks, process_label, process_tree,
                   tree_cpu_seconds)
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 WARM = 1.0  # seconds of bare POST load before its window opens
+PHASES = ("unkeyed", "keyed", "sdk", "light", "sql", "sessions")
 
 
 def section(title: str) -> None:
@@ -250,15 +260,24 @@ def db_name(bench: Bench) -> str:
 
 def merge(parts: list[dict]) -> dict:
     out = {"sent_ok": 0, "missing": 0, "refused": {}, "errors": {}, "answered": [], "delivered": [],
-           "answered_in_window": 0, "acked_in_window": 0}
+           "answered_in_window": 0, "acked_in_window": 0, "slowest": []}
     for p in parts:
         for k in ("sent_ok", "missing", "answered_in_window", "acked_in_window"):
             out[k] += p[k]
         out["answered"] += p["answered"]
         out["delivered"] += p["delivered"]
+        out["slowest"] = sorted(out["slowest"] + p.get("slowest", []), key=lambda x: -x[1])[:20]
         for k in ("refused", "errors"):
             for code, n in p[k].items():
                 out[k][code] = out[k].get(code, 0) + n
+    return out
+
+
+def merge_counts(counts) -> dict:
+    out: dict = {}
+    for c in counts:
+        for k, n in c.items():
+            out[k] = out.get(k, 0) + n
     return out
 
 
@@ -273,13 +292,15 @@ def problems(m: dict) -> str:
     return text
 
 
-def saturate(pool: Pool, bench: Bench, args, duration: float, sql: tuple | None = None) -> tuple[dict, dict]:
+def saturate(pool: Pool, bench: Bench, args, duration: float, sql: tuple | None = None,
+             keyed: bool = False) -> tuple[dict, dict]:
     """Closed-loop load; the window opens once every worker's load is steady (its backlog stopped
-    growing) or after --max-warm s, and lasts `duration` s."""
+    growing) or after --max-warm s, and lasts `duration` s. ``keyed``: every send carries an
+    idempotency_key of its own, as the SDK's do."""
     t_start = time.monotonic() + 0.5
     for w in range(args.workers):
         pool.send(w, "closed", senders=args.senders, window=args.window, t_start=t_start, max_warm=args.max_warm,
-                  max_duration=duration, drain=args.drain)
+                  max_duration=duration, drain=args.drain, keyed=keyed)
     reports = [pool.progress(w, timeout=args.max_warm + 60) for w in range(args.workers)]
     w0 = time.monotonic() + 0.1
     w1 = w0 + duration
@@ -306,10 +327,67 @@ def open_loop(pool: Pool, bench: Bench, args, rate: float, duration: float) -> t
     return m, win
 
 
-def steerboard(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
+def saturation_report(m: dict, win: dict, bench: Bench, floor: dict, args) -> dict:
+    """Print one saturation pass's figures; answers its rate, CPU per message, missing, steadiness."""
+    delivered = m["acked_in_window"]
+    rate = delivered / args.saturate_for
+    server_cpu = sum(win["cpu"]["server"])
+    cpu_ms = server_cpu / delivered * 1000 if delivered else float("nan")
+    print(f"  delivered: {rate:,.1f} msg/s ({delivered} acks in the window; {m['answered_in_window']} sends "
+          f"answered in it); ratio to the bare POST rate {rate / floor['post_rate']:.3f} "
+          f"(bare {floor['post_rate']:,.0f} req/s)")
+    print(f"  whole run: {m['sent_ok']} sent, {problems(m)}")
+    print(f"  server CPU: {cpu_ms:.2f} ms per delivered message ({server_cpu:.2f} s over {len(bench.servers)} "
+          f"daphne process(es) in {win['span']:.1f} s)")
+    if bench.env.postgres and delivered:
+        print(f"  beside daphne: this run's PostgreSQL backends {win['db'] / delivered * 1000:.2f} ms and "
+              f"redis-server (shared) {win['redis'] / delivered * 1000:.2f} ms per delivered message; all three "
+              f"{(server_cpu + win['db'] + win['redis']) / delivered * 1000:.2f} ms")
+    print("  " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
+    print(f"  at saturation: send→answered p50 {fmt_ms(pct(m['answered'], 50))}, send→delivered p50 "
+          f"{fmt_ms(pct(m['delivered'], 50))} p99 {fmt_ms(pct(m['delivered'], 99))}")
+    # In a closed loop one of the two limits always binds (Little's law); whether the server
+    # itself was the limit shows in its CPU.
+    mean_delivered = sum(m["delivered"]) / len(m["delivered"]) if m["delivered"] else float("nan")
+    window_bound = args.workers * args.window / mean_delivered
+    window_full = rate >= 0.8 * window_bound
+    who_saturates(win, window_full, f"the client's window ({args.workers * args.window} undelivered / mean "
+                  f"send→delivered {fmt_ms(mean_delivered)} = {window_bound:,.0f} msg/s) was full: raise --window "
+                  f"to see if more gets through", "a higher --senders shows whether more concurrency gets more through")
+    return {"rate": rate, "cpu_ms": cpu_ms, "missing": m["missing"], "steady": m["steady"]}
+
+
+def who_saturates(win: dict, window_full: bool, window_hint: str, idle_hint: str) -> None:
+    busiest = max(win["cpu"]["server"]) / win["span"]
+    client_max = max(win["cpu"]["workers"]) / win["span"]
+    if client_max >= 0.85:
+        print(f"  NOTE: a client worker used {client_max * 100:.0f}% of a core: the CLIENT may be the limit "
+              f"(add worker processes)")
+    if busiest >= 0.85:
+        print(f"  the server was the limit: a daphne process used {busiest * 100:.0f}% of a core"
+              + (" (so the client's window stayed full)" if window_full else ""))
+        return
+    ours = (sum(sum(c) for c in win["cpu"].values()) + win["db"] + win["redis"]) / win["span"]
+    others = max(0.0, win["machine"]["busy"] * (os.cpu_count() or 1) - ours)
+    if win["machine"]["busy"] >= 0.9 and others < 0.3:
+        why = ("the machine was full with this run's own work (daphne, the client, the database): on this "
+               "machine that is the server's limit")
+    elif win["machine"]["busy"] >= 0.9:
+        why = (f"the machine was full ({others * 100:.0f}% of a core went to other processes and the kernel): "
+               f"this figure is not the server's limit; run again on a quieter machine")
+    elif window_full:
+        why = f"the machine had idle CPU and {window_hint}"
+    else:
+        why = f"the machine had idle CPU, so the server waited (database, locks, timers) rather than computed; {idle_hint}"
+    print(f"  NOTE: no daphne process used a whole core (busiest {busiest * 100:.0f}%): {why}")
+
+
+def steerboard(pool: Pool, sdk_pool: Pool | None, backend: str, processes: int, args, result: dict) -> None:
     bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
     try:
         team = bench.provision("bench", args.members)
+        # The SDK sessions' team, made before any load (their members are not the raw client's).
+        sdk_team = provision(bench.env, bench.servers[0], "sdk", args.sdk_sessions) if sdk_pool is not None else None
         connect(pool, bench, team, args)
         print(f"  {args.members} agent sessions connected over {args.workers} worker processes; "
               f"daphne pids {server_pids(bench)}")
@@ -329,55 +407,27 @@ def steerboard(pool: Pool, backend: str, processes: int, args, result: dict) -> 
               f"p50 {fmt_ms(pct(commits, 50))}, p99 {fmt_ms(pct(commits, 99))}; two in a row: "
               f"{2 * pct(commits, 50) / bare_p50:.1f}x bare POST p50")
 
-        section(f"Steerboard saturation: {args.workers} workers x {args.senders} closed-loop senders, "
-                f"at most {args.window} undelivered per worker, send via {args.send_via}, {args.saturate_for:.0f} s window")
-        m, win = saturate(pool, bench, args, args.saturate_for)
-        delivered = m["acked_in_window"]
-        rate = delivered / args.saturate_for
-        server_cpu = sum(win["cpu"]["server"])
-        cpu_ms = server_cpu / delivered * 1000 if delivered else float("nan")
-        print(f"  delivered: {rate:,.1f} msg/s ({delivered} acks in the window; {m['answered_in_window']} sends "
-              f"answered in it); ratio to the bare POST rate {rate / floor['post_rate']:.3f} "
-              f"(bare {floor['post_rate']:,.0f} req/s)")
-        print(f"  whole run: {m['sent_ok']} sent, {problems(m)}")
-        print(f"  server CPU: {cpu_ms:.2f} ms per delivered message ({server_cpu:.2f} s over {len(bench.servers)} "
-              f"daphne process(es) in {win['span']:.1f} s)")
-        if bench.env.postgres and delivered:
-            print(f"  beside daphne: this run's PostgreSQL backends {win['db'] / delivered * 1000:.2f} ms and "
-                  f"redis-server (shared) {win['redis'] / delivered * 1000:.2f} ms per delivered message; all three "
-                  f"{(server_cpu + win['db'] + win['redis']) / delivered * 1000:.2f} ms")
-        print("  " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
-        print(f"  at saturation: send→answered p50 {fmt_ms(pct(m['answered'], 50))}, send→delivered p50 "
-              f"{fmt_ms(pct(m['delivered'], 50))} p99 {fmt_ms(pct(m['delivered'], 99))}")
-        # In a closed loop one of the two limits always binds (Little's law); whether the server
-        # itself was the limit shows in its CPU.
-        mean_delivered = sum(m["delivered"]) / len(m["delivered"]) if m["delivered"] else float("nan")
-        window_bound = args.workers * args.window / mean_delivered
-        busiest = max(win["cpu"]["server"]) / win["span"]
-        window_full = rate >= 0.8 * window_bound
-        if busiest >= 0.85:
-            print(f"  the server was the limit: a daphne process used {busiest * 100:.0f}% of a core"
-                  + (" (so the client's window stayed full)" if window_full else ""))
-        else:
-            ours = (sum(sum(c) for c in win["cpu"].values()) + win["db"] + win["redis"]) / win["span"]
-            others = max(0.0, win["machine"]["busy"] * (os.cpu_count() or 1) - ours)
-            if win["machine"]["busy"] >= 0.9 and others < 0.3:
-                why = ("the machine was full with this run's own work (daphne, the client, the database): on this "
-                       "machine that is the server's limit")
-            elif win["machine"]["busy"] >= 0.9:
-                why = (f"the machine was full ({others * 100:.0f}% of a core went to other processes and the kernel): "
-                       f"this figure is not the server's limit; run again on a quieter machine")
-            elif window_full:
-                why = (f"the machine had idle CPU and the client's window ({args.workers * args.window} undelivered / "
-                       f"mean send→delivered {fmt_ms(mean_delivered)} = {window_bound:,.0f} msg/s) was full: "
-                       f"raise --window to see if more gets through")
-            else:
-                why = ("the machine had idle CPU, so the server waited (database, locks, timers) rather than computed; "
-                       "a higher --senders shows whether more concurrency gets more through")
-            print(f"  NOTE: no daphne process used a whole core (busiest {busiest * 100:.0f}%): {why}")
-        result.update(rate=rate, cpu_ms=cpu_ms, sat_missing=m["missing"], steady=m["steady"])
+        for keyed in (False, True):
+            if ("keyed" if keyed else "unkeyed") not in args.phases:
+                continue
+            kind = "keyed" if keyed else "unkeyed"
+            section(f"Steerboard saturation, {kind} sends{' (an idempotency_key on each, as the SDK sends)' if keyed else ''}: "
+                    f"{args.workers} workers x {args.senders} closed-loop senders, at most {args.window} undelivered per "
+                    f"worker, send via {args.send_via}, {args.saturate_for:.0f} s window")
+            m, win = saturate(pool, bench, args, args.saturate_for, keyed=keyed)
+            result[kind] = saturation_report(m, win, bench, floor, args)
+        if "unkeyed" in result and "keyed" in result:
+            u, k = result["unkeyed"], result["keyed"]
+            print(f"\n  keyed / unkeyed, same run: delivered msg/s {k['rate']:,.1f} / {u['rate']:,.1f} = "
+                  f"{k['rate'] / u['rate']:.2f}x; server CPU per delivered message {k['cpu_ms']:.2f} / "
+                  f"{u['cpu_ms']:.2f} ms = {k['cpu_ms'] / u['cpu_ms']:.2f}x")
+        if "unkeyed" in result:
+            result.update(rate=result["unkeyed"]["rate"], cpu_ms=result["unkeyed"]["cpu_ms"],
+                          sat_missing=result["unkeyed"]["missing"], steady=result["unkeyed"]["steady"])
 
         for label, rate_offered in (("light", args.light_rate), ("mid", args.mid_rate)):
+            if "light" not in args.phases:
+                break
             section(f"send→delivered at {rate_offered:g} msg/s offered (open loop, {args.light_duration:.0f} s), "
                     f"send via {args.send_via}")
             m, win = open_loop(pool, bench, args, rate_offered, args.light_duration)
@@ -393,13 +443,178 @@ def steerboard(pool: Pool, backend: str, processes: int, args, result: dict) -> 
         closed = [pool.call(w, "agents_close") for w in range(args.workers)]
         reconnects = sum(c["reconnects"] for c in closed)
         error_frames = sum(c["error_frames"] for c in closed)
-        print(f"\n  sessions: {reconnects} reconnects, {error_frames} error frames")
+        print(f"\n  raw sessions: {reconnects} reconnects, {error_frames} error frames")
         for c in closed:
             for exc in c["exceptions"]:
                 print("  worker exception:\n" + exc)
-        audit = audit_line(bench)
-        result["audit_ok"] = audit.startswith("audit OK")
-        print(f"  {audit}   [{loadavg()}]")
+
+        if sdk_team is not None:
+            sdk_phase(sdk_pool, bench, sdk_team, floor, args, result)
+            rows = [(label, result[key]) for label, key in (("raw client, unkeyed", "unkeyed"),
+                    ("raw client, keyed", "keyed"), ("SDK sessions (keyed)", "sdk")) if key in result]
+            print(f"\n  the user's path beside the raw client, same server (delivered msg/s; ratio to the bare POST rate "
+                  f"{floor['post_rate']:,.0f} req/s; server CPU per delivered message)   [{loadavg()}]")
+            for label, r in rows:
+                print(f"    {label:<22} {r['rate']:>9,.1f}  {r['rate'] / floor['post_rate']:.3f}  {r['cpu_ms']:.2f} ms"
+                      + (f" (SDK workers {r['client_cpu_ms']:.2f} ms)" if "client_cpu_ms" in r else ""))
+
+        result["audit_ok"] = True
+        for name in [team["team"]] + ([sdk_team["team"]] if sdk_team is not None else []):
+            audit = bench.env.manage_json("delivery_audit", name, "--all-delivered", check=False)
+            ok = "ok" in audit and audit["ok"]
+            result["audit_ok"] = result["audit_ok"] and ok
+            summary_text = audit.get("summary", audit) if "ok" in audit else f"FAILED: {audit}"
+            print(f"  team {name}: audit {summary_text} (manage.py delivery_audit)   [{loadavg()}]")
+    finally:
+        with_cleanup(bench.close)
+
+
+def sdk_phase(sdk_pool: Pool, bench: Bench, team: dict, floor: dict, args, result: dict) -> None:
+    """Real SDK sessions (agents.AgentSession) in their own worker processes, each with a model that
+    answers every team message with one send_message to the next member (a ring): keyed tool frames,
+    turns, entries acknowledged before the session goes on. Delivered msg/s at saturation, counted
+    when the target's model sees the message, beside the bare POST rate."""
+    workers = len(sdk_pool.pids)
+    section(f"real SDK sessions: {args.sdk_sessions} agents.AgentSession over {workers} worker processes, a ring "
+            f"model (each team message answered with one send_message to the next member: a keyed tool frame), "
+            f"{args.sdk_depth} messages in flight per session, {args.saturate_for:.0f} s window")
+    shares = layout(team, len(bench.servers), workers)
+    if min(len(s) for s in shares) < 2:
+        raise SystemExit("every SDK worker needs at least two sessions: raise --sdk-sessions or lower --sdk-workers")
+    urls = [s.url for s in bench.servers]
+    for w in range(workers):
+        sdk_pool.send(w, "sdk", members=shares[w], servers=urls)
+    for w in range(workers):
+        sdk_pool.recv(w, timeout=240)
+    t_start = time.monotonic() + 0.5
+    for w in range(workers):
+        sdk_pool.send(w, "sdk_run", depth=args.sdk_depth, t_start=t_start, max_warm=args.max_warm,
+                      max_duration=args.saturate_for, drain=args.drain)
+    reports = [sdk_pool.progress(w, timeout=args.max_warm + 120) for w in range(workers)]
+    w0 = time.monotonic() + 0.1
+    w1 = w0 + args.saturate_for
+    for w in range(workers):
+        sdk_pool.tell(w, {"w0": w0, "w1": w1})
+    steady = all(r["steady"] for r in reports)
+    print(f"  window opened after {w0 - t_start:.1f} s of load: " + ("steady (as many messages seen per s as the "
+          "second before)" if steady else f"NOT steady after --max-warm {args.max_warm:g} s"))
+    win = window(w0, w1, {"server": server_pids(bench), "workers": sdk_pool.pids}, db_name=db_name(bench))
+    parts = [sdk_pool.recv(w, timeout=args.saturate_for + args.drain + 120) for w in range(workers)]
+    closed = [sdk_pool.call(w, "sdk_close", timeout=120) for w in range(workers)]
+    seen = sum(p["seen_in_window"] for p in parts)
+    rate = seen / args.saturate_for
+    delivered = [d for p in parts for d in p["delivered"]]
+    errors: dict[str, int] = {}
+    for p in parts:
+        for code, n in p["errors"].items():
+            errors[code] = errors.get(code, 0) + n
+    server_cpu = sum(win["cpu"]["server"])
+    client_cpu = sum(win["cpu"]["workers"])
+    cpu_ms = server_cpu / seen * 1000 if seen else float("nan")
+    print(f"  delivered: {rate:,.1f} msg/s ({seen} messages seen by their target's model in the window); ratio to "
+          f"the bare POST rate {rate / floor['post_rate']:.3f} (bare {floor['post_rate']:,.0f} req/s)"
+          + (f"; to the raw client's keyed rate {rate / result['keyed']['rate']:.2f}x" if "keyed" in result else ""))
+    print(f"  whole run: {sum(p['sent'] for p in parts)} sends asked for, {sum(p['missing'] for p in parts)} missing "
+          f"(asked for, never seen), refused {errors or 0}; {sum(c['reconnects'] for c in closed)} reconnects")
+    for c in closed:
+        for exc in c["exceptions"]:
+            print("  SDK session ended with: " + exc)
+    print(f"  server CPU: {cpu_ms:.2f} ms per delivered message; the SDK workers' CPU: "
+          f"{client_cpu / seen * 1000 if seen else float('nan'):.2f} ms per delivered message")
+    print("  " + cpu_line(win, {"server": "daphne", "workers": "SDK workers"}))
+    print(f"  model's send→target's model sees it: p50 {fmt_ms(pct(delivered, 50))}, p99 {fmt_ms(pct(delivered, 99))}")
+    who_saturates(win, False, "", "more sessions (--sdk-sessions) or a deeper ring (--sdk-depth) show whether more "
+                  "gets through")
+    result["sdk"] = {"rate": rate, "cpu_ms": cpu_ms, "client_cpu_ms": client_cpu / seen * 1000 if seen else float("nan"),
+                     "steady": steady, "client_max": max(win["cpu"]["workers"]) / win["span"]}
+
+
+AXIS_TEAM = 8  # members of each team on the sessions axis: the measured team and every idle one
+
+
+def sessions_axis(pool: Pool, idle_pool: Pool, backend: str, processes: int, args, result: dict) -> None:
+    """send→delivered at --light-rate with the measured team's 8 sessions only, then with
+    --idle-sessions connected in all (idle teams of 8 beside it), same process, same run."""
+    idle_teams = max(0, -(-(args.idle_sessions - AXIS_TEAM) // AXIS_TEAM))
+    total = AXIS_TEAM * (1 + idle_teams)
+    ping = args.idle_ping or None
+    section(f"sessions axis ({backend}): send→delivered at {args.light_rate:g} msg/s (open loop, "
+            f"{args.axis_duration:.0f} s, send via {args.send_via}) with {AXIS_TEAM} and with {total} connected "
+            f"agent sessions (idle teams of {AXIS_TEAM}, keepalive ping every {ping or 'never'} s), same run")
+    bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+    try:
+        team = bench.provision("axis", AXIS_TEAM)
+        t = time.monotonic()
+        teams = provision_teams(bench.env, bench.servers[0], [f"idle{i}" for i in range(idle_teams)], AXIS_TEAM)
+        print(f"  {idle_teams} idle teams of {AXIS_TEAM} provisioned in {time.monotonic() - t:.0f} s "
+              f"(POST /api/v1/teams, spawn_teammate, the host's start frames)")
+        connect(pool, bench, team, args)
+        pids = server_pids(bench)
+        phases = {}
+
+        def measure(label: str, sessions: int) -> None:
+            time.sleep(1.0)
+            load = loadavg()
+            rss = sum(rss_kib(p) for p in pids)
+            m, win = open_loop(pool, bench, args, args.light_rate, args.axis_duration)
+            d50, d99 = pct(m["delivered"], 50), pct(m["delivered"], 99)
+            cpu = sum(win["cpu"]["server"]) / win["span"]
+            phases[label] = {"sessions": sessions, "p50": d50, "p99": d99, "cpu": cpu, "rss": rss,
+                             "missing": m["missing"], "n": len(m["delivered"])}
+            print(f"  {sessions:>5} sessions: send→delivered p50 {fmt_ms(d50)}, p99 {fmt_ms(d99)} "
+                  f"({len(m['delivered'])} delivered; {problems(m)}); daphne CPU {cpu * 100:.1f}% of a core at "
+                  f"{args.light_rate:g} msg/s; RSS {rss / 1024:.0f} MiB   [{load}]")
+            print("    " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
+            ours = (sum(sum(c) for c in win["cpu"].values()) + win["db"] + win["redis"]) / win["span"]
+            others = max(0.0, win["machine"]["busy"] * (os.cpu_count() or 1) - ours)
+            phases[label]["others"] = others
+            if others >= 0.5:
+                print(f"    NOTE: other processes used {others * 100:.0f}% of a core in this window: its tail is the "
+                      f"machine's as much as the server's; run again on a quieter machine")
+            t0 = min((t for t, _ in m["slowest"]), default=0.0)
+            print("    slowest sends (s into the run: ms): " + ", ".join(
+                f"{t - t0:.1f}: {d * 1000:.0f}" for t, d in sorted(m["slowest"][:8])))
+
+        measure("few", AXIS_TEAM)
+        members = [[name, token, i % len(bench.servers)]
+                   for i, (name, token) in enumerate((n, tok) for t in teams.values() for n, tok in t.items())]
+        workers = len(idle_pool.pids)
+        urls = [s.url for s in bench.servers]
+        t = time.monotonic()
+        for w in range(workers):
+            idle_pool.send(w, "idle", members=members[w::workers], servers=urls, ping_interval=ping)
+        for w in range(workers):
+            idle_pool.recv(w, timeout=900)
+        status = [idle_pool.call(w, "idle_status") for w in range(workers)]
+        print(f"  {len(members)} idle sessions connected and welcomed in {time.monotonic() - t:.0f} s over {workers} "
+              f"worker processes ({sum(s['reconnects'] for s in status)} reconnects while connecting"
+              f"{': ' + str(merge_counts(s['lost'] for s in status)) if any(s['lost'] for s in status) else ''}); settling "
+              f"{args.axis_settle:g} s")
+        time.sleep(args.axis_settle)
+        before = [idle_pool.call(w, "idle_status") for w in range(workers)]
+        measure("many", total)
+        status = [idle_pool.call(w, "idle_status") for w in range(workers)]
+        connected = sum(s["connected"] for s in status)
+        print(f"  idle sessions at the end: {connected} of {sum(s['sessions'] for s in status)} connected, "
+              f"{sum(s['reconnects'] for s in status) - sum(s['reconnects'] for s in before)} reconnects during the "
+              f"second run, {sum(s['error_frames'] for s in status)} error frames")
+        for s in status:
+            for exc in s["exceptions"]:
+                print("  idle worker exception:\n" + exc)
+        few, many = phases["few"], phases["many"]
+        r50, r99 = many["p50"] / few["p50"], many["p99"] / few["p99"]
+        print(f"  with {total} / with {AXIS_TEAM} sessions: p50 {r50:.2f}x (target ≤ 1.5x), p99 {r99:.2f}x "
+              f"(target ≤ 3x); daphne CPU {many['cpu'] * 100:.1f}% / {few['cpu'] * 100:.1f}% of a core; "
+              f"RSS +{(many['rss'] - few['rss']) / max(1, total - AXIS_TEAM):.1f} KiB per added session")
+        result["axis"] = {"few": few, "many": many, "p50_ratio": r50, "p99_ratio": r99,
+                          "noisy": max(few["others"], many["others"]) >= 0.5}
+        for w in range(workers):
+            idle_pool.call(w, "agents_close", timeout=300)
+        for w in range(args.workers):
+            pool.call(w, "agents_close")
+        audit = bench.env.manage_json("delivery_audit", "axis", "--all-delivered", check=False)
+        result["axis"]["audit_ok"] = bool(audit.get("ok"))
+        print(f"  team axis: audit {audit.get('summary', audit)} (manage.py delivery_audit)   [{loadavg()}]")
     finally:
         with_cleanup(bench.close)
 
@@ -492,7 +707,9 @@ def summary(results: dict) -> None:
                 row(f"{backend} p99 @{rate:g} msg/s ≤ 20× bare POST p50",
                     f"{x['p99'] * 1000:.2f} ms = {x['p99'] / bare:.1f}x", x["p99"] <= 20 * bare)
         sql = r.get("sql")
-        if sql:
+        if sql is None and "sql" not in r.get("phases", ()):
+            pass
+        elif sql:
             row(f"{backend} ≤ 6 SQL statements/delivered", f"{sql['statements']:.2f}", sql["statements"] <= 6)
             row(f"{backend} ≤ 2 commits/delivered (+ autocommits)",
                 f"{sql['commits']:.2f} + {sql['autocommit']:.2f} = {sql['transactions']:.2f}", sql["transactions"] <= 2)
@@ -502,6 +719,41 @@ def summary(results: dict) -> None:
     print(f"\n== summary against the targets (issue 11)   [{loadavg()}]")
     for target, figure, verdict in rows:
         print(f"  {target:<{width}}  {figure:>26}  {verdict}")
+
+    rows = []
+    for backend, r in results.items():
+        u, k = r.get("unkeyed"), r.get("keyed")
+        if u and k:
+            row(f"{backend} keyed delivered ≥ 0.9× unkeyed", f"{k['rate']:,.1f} / {u['rate']:,.1f} = "
+                f"{k['rate'] / u['rate']:.2f}x", k["rate"] >= 0.9 * u["rate"])
+            row(f"{backend} keyed server CPU ≤ 1.15× unkeyed", f"{k['cpu_ms']:.2f} / {u['cpu_ms']:.2f} ms = "
+                f"{k['cpu_ms'] / u['cpu_ms']:.2f}x", k["cpu_ms"] <= 1.15 * u["cpu_ms"])
+        if u and backend == "embedded" and r["floor"].get("post_rate"):
+            bare_ms = r["floor"]["bare_cpu"] / r["floor"]["post_rate"] * 1000
+            row("embedded unkeyed CPU ≤ 3× bare daphne CPU/request", f"{u['cpu_ms']:.2f} / {bare_ms:.3f} ms = "
+                f"{u['cpu_ms'] / bare_ms:.1f}x", u["cpu_ms"] <= 3 * bare_ms)
+        sdk = r.get("sdk")
+        if sdk:
+            bare = r["floor"]["post_rate"]
+            client = "" if sdk["client_max"] < 0.85 else " (an SDK worker at a full core)"
+            row(f"{backend} SDK sessions (keyed) ≥ 1/4 bare POST rate", f"{sdk['rate']:,.1f} / {bare:,.0f} = "
+                f"{sdk['rate'] / bare:.3f}{client}", sdk["rate"] >= bare / 4 if backend == "embedded" else None)
+        axis = r.get("axis")
+        if axis:
+            n = axis["many"]["sessions"]
+            target = backend == "embedded"
+            noisy = " (noisy machine)" if axis["noisy"] else ""
+            row(f"{backend} p50 with {n} sessions ≤ 1.5× with 8", f"{axis['many']['p50'] * 1000:.2f} / "
+                f"{axis['few']['p50'] * 1000:.2f} ms = {axis['p50_ratio']:.2f}x{noisy}",
+                axis["p50_ratio"] <= 1.5 if target else None)
+            row(f"{backend} p99 with {n} sessions ≤ 3× with 8", f"{axis['many']['p99'] * 1000:.2f} / "
+                f"{axis['few']['p99'] * 1000:.2f} ms = {axis['p99_ratio']:.2f}x{noisy}",
+                axis["p99_ratio"] <= 3 if target else None)
+    if rows:
+        width = max(len(t) for t, _, _ in rows)
+        print(f"\n== summary against the targets (issue 32)   [{loadavg()}]")
+        for target, figure, verdict in rows:
+            print(f"  {target:<{width}}  {figure:>26}  {verdict}")
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -530,7 +782,30 @@ def main() -> int:
     parser.add_argument("--light-duration", type=float, default=15.0, help="seconds of each open-loop run")
     parser.add_argument("--light-count", type=int, default=300, help="sequential requests / echoes of the floor")
     parser.add_argument("--drain", type=float, default=60.0, help="most seconds to wait for acks after a phase")
+    parser.add_argument("--phases", default=",".join(PHASES),
+                        help=f"comma-separated, of {', '.join(PHASES)} (default: all). unkeyed/keyed: the raw "
+                             f"client's saturation without/with an idempotency_key on each send; sdk: real SDK sessions; "
+                             f"light: send→delivered at --light-rate and --mid-rate; sql: the counted SQL pass; "
+                             f"sessions: the sessions axis")
+    parser.add_argument("--sdk-sessions", type=int, default=32, help="agents.AgentSession sessions of the sdk phase")
+    parser.add_argument("--sdk-workers", type=int, default=2, help="worker processes holding the SDK sessions")
+    parser.add_argument("--sdk-depth", type=int, default=4,
+                        help="ring messages each SDK session starts with (messages in flight per session)")
+    parser.add_argument("--idle-sessions", type=int, default=2000,
+                        help="sessions axis: connected sessions in all, in teams of 8 (the measured team is one)")
+    parser.add_argument("--idle-workers", type=int, default=2, help="worker processes holding the idle sessions")
+    parser.add_argument("--idle-ping", type=float, default=20.0,
+                        help="the idle sessions' websocket keepalive ping interval, s (the SDK's: websockets' "
+                             "default, 20); 0: none")
+    parser.add_argument("--axis-duration", type=float, default=20.0, help="seconds of each open-loop run of the axis")
+    parser.add_argument("--axis-settle", type=float, default=25.0,
+                        help="seconds between the idle sessions' welcome and the axis's second run: the server "
+                             "settles its heap every 10 s (mailbox/sweeper.py heap_settle), a connect storm's "
+                             "objects within two settles")
     args = parser.parse_args()
+    args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if args.phases - set(PHASES):
+        parser.error(f"unknown phases {sorted(args.phases - set(PHASES))}; choose from {', '.join(PHASES)}")
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
@@ -541,21 +816,31 @@ def main() -> int:
     results: dict[str, dict] = {}
     code = 0
     pool = Pool(args.workers)
+    sdk_pool = Pool(args.sdk_workers) if "sdk" in args.phases else None
+    idle_pool = Pool(args.idle_workers) if "sessions" in args.phases and args.idle_sessions > AXIS_TEAM else None
     try:
         for backend in backends:
             processes = args.processes or (1 if backend == "embedded" else 2)
             print(f"\n== {backend}: {processes} daphne process(es), {args.members} members   [{loadavg()}]", flush=True)
-            result = results[backend] = {}
-            steerboard(pool, backend, processes, args, result)
-            sql_pass(pool, backend, processes, args, result)
-            if not result.get("audit_ok", False):
-                code = 1
+            result = results[backend] = {"phases": args.phases}
+            if args.phases & {"unkeyed", "keyed", "sdk", "light"}:
+                steerboard(pool, sdk_pool, backend, processes, args, result)
+                if not result.get("audit_ok", False):
+                    code = 1
+            if "sql" in args.phases:
+                sql_pass(pool, backend, processes, args, result)
+            if idle_pool is not None:
+                sessions_axis(pool, idle_pool, backend, processes, args, result)
+                if not result["axis"].get("audit_ok", False):
+                    code = 1
     except Unsupported as exc:
         print(f"\nFAILED: --send-via ws needs the tool frame on /ws/agent/, and this server does not have it: {exc}\n"
               f"(use --send-via rest on this server)", file=sys.stderr, flush=True)
         return 2
     finally:
-        pool.close()
+        for p in (pool, sdk_pool, idle_pool):
+            if p is not None:
+                p.close()
     summary(results)
     return code
 

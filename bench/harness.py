@@ -9,6 +9,8 @@ product's public surfaces only.
   commands (``team_create``, ``operator_create``, ``delivery_audit``) with it.
 - ``Server``: ``python -m daphne -b 127.0.0.1 -p PORT config.asgi:application``
   with that environment, ready once ``/readyz`` answers 200.
+- ``provision_teams``: many teams at once, each made with ``POST /api/v1/teams`` as an
+  operator, then provisioned as below.
 - ``provision``: ``manage.py team_create --json``; the bench holds the team's
   host socket (``/ws/host/``, docs/protocol.md) while the Lead spawns N
   teammates over REST with the SDK's ``ServerClient``; each ``start`` frame
@@ -181,6 +183,33 @@ def provision(environment: Environment, server: Server, team: str, members: int,
         made = environment.manage_json("operator_create", operator, "--password", password, "--skip-password-validation")
         out["operator"] = {"username": operator, "password": password, "token": made["token"]}
     return out
+
+
+def provision_teams(environment: Environment, server: Server, teams: list[str], members: int,
+                    concurrency: int = 8) -> dict[str, dict[str, str]]:
+    """Many teams of teammates m0..m<N-1>, made as an operator makes them: ``POST /api/v1/teams``
+    with an operator's token (one ``operator_create``, not a ``manage.py`` process per team), then
+    each team's Lead spawns its teammates as in ``provision``. Answers {team: {member: token}}."""
+    password = "pw-" + secrets.token_urlsafe(12)
+    made = environment.manage_json("operator_create", "teamsop", "--password", password, "--skip-password-validation")
+    names = [f"m{i}" for i in range(members)]
+
+    async def all_teams() -> dict[str, dict[str, str]]:
+        limit = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60,
+                                     headers={"Authorization": f"Token {made['token']}"}) as http:
+            async def one(team: str) -> tuple[str, dict[str, str]]:
+                async with limit:
+                    r = await http.post("/api/v1/teams", json={"name": team})
+                    if r.status_code != 201:
+                        raise RuntimeError(f"POST /api/v1/teams {team}: {r.status_code} {r.text[:300]}")
+                    created = r.json()
+                    return team, await _teammates(server, created["lead"]["token"], created["host_token"], names)
+
+            return dict(await asyncio.gather(*(one(t) for t in teams)))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, all_teams()).result()
 
 
 async def _teammates(server: Server, lead_token: str, host_token: str, names: list[str], timeout: float = 600) -> dict:

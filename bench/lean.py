@@ -146,8 +146,9 @@ class Session:
 
     MAX_CONNECTS = 50  # connection attempts per session in one run
 
-    def __init__(self, worker: "Worker", name: str, token: str, url: str):
+    def __init__(self, worker: "Worker", name: str, token: str, url: str, ping_interval: float | None = None):
         self.worker = worker
+        self.ping_interval = ping_interval  # None: no keepalive pings (the load sessions)
         self.name = name
         self.token = token
         self.url = url
@@ -182,7 +183,7 @@ class Session:
                     proxy=None,
                     open_timeout=15,
                     close_timeout=2,
-                    ping_interval=None,
+                    ping_interval=self.ping_interval,
                     max_queue=None,
                     max_size=None,
                 ) as ws:
@@ -191,8 +192,10 @@ class Session:
                     await ws.send(dumps({"type": "hello", "status": "idle"}))
                     async for raw in ws:
                         await self._frame(ws, loads(raw))
-            except (OSError, WebSocketException, asyncio.TimeoutError):
-                pass
+                    self.worker.lost[f"closed {ws.close_code}"] += 1
+            except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
+                code = getattr(getattr(exc, "rcvd", None), "code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+                self.worker.lost[f"{type(exc).__name__}{f' {code}' if code else ''}"] += 1
             except Exception:  # a frame this client did not expect: note it, reconnect
                 if len(self.worker.exceptions) < 5:
                     self.worker.exceptions.append(traceback.format_exc())
@@ -278,6 +281,8 @@ class Session:
 
 # --- the worker ----------------------------------------------------------------------------------
 class Worker:
+    CONNECTING = 16  # idle sessions opening at once (op_idle)
+
     def __init__(self, conn, index: int):
         self.conn = conn
         self.index = index
@@ -292,6 +297,8 @@ class Worker:
         self.error_frames = 0
         self.exceptions: list[str] = []
         self.ids = itertools.count()
+        self.lost: Counter = Counter()  # how sessions' connections ended or failed, by close code or error
+        self.run_id = f"{os.getpid()}-{time.time_ns()}"  # idempotency keys: new in every run
 
     # The parent process's pipe: one operation at a time.
     async def serve(self) -> None:
@@ -316,6 +323,8 @@ class Worker:
             await self._close_all()
 
     async def _close_all(self) -> None:
+        if getattr(self, "sdk", None):
+            await self.op_sdk_close()
         await asyncio.gather(*(s.stop() for s in self.sessions), return_exceptions=True)
         self.sessions = []
         if self.http is not None:
@@ -469,13 +478,17 @@ class Worker:
             )
         raise Unsupported(f"no tool_result for the tool frame within {timeout}s")
 
-    async def _send(self, sender: Session, target: str, content: str) -> tuple:
-        """One send_message; (outcome, t_send, t_answer, message_id or error code)."""
+    async def _send(self, sender: Session, target: str, content: str, keyed: bool = False) -> tuple:
+        """One send_message; (outcome, t_send, t_answer, message_id or error code). ``keyed``: with an
+        idempotency_key, new for every send, as the SDK puts on each (agents/client.py KEYED_TOOLS)."""
         t = time.monotonic()
+        call_id = f"{self.index}-{next(self.ids)}"
+        arguments = {"target": target, "message": content}
+        if keyed:
+            arguments["idempotency_key"] = f"bench-{self.index}-{self.run_id}-{call_id}"
         if self.send_via == "ws":
             try:
-                frame = await sender.tool(f"{self.index}-{next(self.ids)}", "send_message",
-                                          {"target": target, "message": content})
+                frame = await sender.tool(call_id, "send_message", arguments)
             except Exception as exc:
                 return ("error", t, time.monotonic(), type(exc).__name__)
             ta = time.monotonic()
@@ -486,7 +499,7 @@ class Worker:
         try:
             async with self.http.post(
                 url,
-                data=dumps({"target": target, "message": content}).encode(),
+                data=dumps(arguments).encode(),
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {sender.token}"},
             ) as r:
                 raw = await r.read()
@@ -530,12 +543,15 @@ class Worker:
             "missing": missing,
             "answered": [r[2] - r[1] for r in ok],
             "delivered": [self.acked_at[r[3]] - r[1] for r in ok if r[3] in self.acked_at],
+            # (monotonic send time, send→delivered) of the slowest: where in the run the tail was
+            "slowest": sorted(((r[1], self.acked_at[r[3]] - r[1]) for r in ok if r[3] in self.acked_at),
+                              key=lambda x: -x[1])[:20],
             "answered_in_window": sum(1 for r in ok if w0 <= r[2] <= w1),
             "acked_in_window": sum(1 for t in self.ack_times if w0 <= t <= w1),
         }
 
     async def op_closed(self, senders: int, window: int, t_start: float, max_warm: float, max_duration: float,
-                        drain: float) -> dict:
+                        drain: float, keyed: bool = False) -> dict:
         """Closed loop: `senders` concurrent send_message calls, each waiting for its answer, with at most
         `window` messages sent and not yet delivered. When the load is steady (as many sends answered as
         entries acknowledged over the last second; or after `max_warm` s), tell the parent, which answers
@@ -562,7 +578,7 @@ class Worker:
                 else:
                     return
                 sender, target = self._pair(i)
-                r = await self._send(sender, target, f"sat {self.index}-{i} ".ljust(CONTENT_PAD, "x"))
+                r = await self._send(sender, target, f"sat {self.index}-{i} ".ljust(CONTENT_PAD, "x"), keyed)
                 sent.append(r)
                 if r[0] != "ok" or r[3] in self.acked_at:
                     slots.release()
@@ -611,7 +627,8 @@ class Worker:
             await asyncio.sleep(0.25)
         return False
 
-    async def op_open(self, rate: float, offset: float, t_start: float, duration: float, drain: float) -> dict:
+    async def op_open(self, rate: float, offset: float, t_start: float, duration: float, drain: float,
+                      keyed: bool = False) -> dict:
         """Open loop: this worker's share, `rate` sends/s starting `offset` s after t_start."""
         total = int(rate * duration)
         sent: list[tuple] = []
@@ -619,7 +636,7 @@ class Worker:
 
         async def one(i: int) -> None:
             sender, target = self._pair(i)
-            sent.append(await self._send(sender, target, f"open {self.index}-{i} ".ljust(CONTENT_PAD, "x")))
+            sent.append(await self._send(sender, target, f"open {self.index}-{i} ".ljust(CONTENT_PAD, "x"), keyed))
 
         start = t_start + offset
         for i in range(total):
@@ -630,6 +647,192 @@ class Worker:
         await asyncio.gather(*tasks)
         missing = await self._drain(sent, drain)
         return self._summary(sent, t_start, t_start + duration, missing)
+
+
+    # --- idle sessions: bench/engine.py's sessions axis ---------------------------------------------
+    async def op_idle(self, members: list, servers: list[str], ping_interval: float | None, timeout: float = 600) -> dict:
+        """Hold one idle session per member ([name, token, server index]): hello, then nothing but
+        the websocket keepalive pings every ``ping_interval`` s (the SDK keeps websockets' default, 20 s)."""
+        await self._close_all()
+        self.reconnects = 0
+        self.sessions = [Session(self, n, tok, servers[s].replace("http://", "ws://"), ping_interval)
+                         for n, tok, s in members]
+        deadline = time.monotonic() + timeout
+        started: list[Session] = []
+        for s in self.sessions:
+            # At most CONNECTING handshakes and hellos at once: a storm of them past what the server
+            # answers in time ends in handshake timeouts and a storm of reconnects.
+            while sum(not x.welcomed.is_set() for x in started[-4 * self.CONNECTING:]) >= self.CONNECTING:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"idle sessions not welcomed after {timeout}s")
+                await asyncio.sleep(0.005)
+            s.start()
+            started.append(s)
+        while not all(s.welcomed.is_set() for s in self.sessions):
+            if time.monotonic() > deadline:
+                missing = [s.name for s in self.sessions if not s.welcomed.is_set()]
+                raise RuntimeError(f"{len(missing)} idle sessions not welcomed after {timeout}s: {missing[:10]}")
+            await asyncio.sleep(0.1)
+        return {"sessions": len(self.sessions)}
+
+    async def op_idle_status(self) -> dict:
+        """How the idle sessions fare: still connected (welcomed), reconnects since op_idle, error frames."""
+        return {"connected": sum(s.welcomed.is_set() for s in self.sessions), "sessions": len(self.sessions),
+                "reconnects": self.reconnects, "lost": dict(self.lost), "error_frames": self.error_frames, "exceptions": self.exceptions[:3]}
+
+    # --- real SDK sessions: agents.AgentSession with a ring model -----------------------------------
+    async def op_sdk(self, members: list, servers: list[str], timeout: float = 180) -> dict:
+        """One agents.AgentSession per member ([name, token, server index]), each with a RingModel
+        whose successor is the next member of this worker (a ring); wait until every one is connected."""
+        from agents import AgentSession
+
+        await self._close_all()
+        self.ring = Ring(self.index)
+        names = [m[0] for m in members]
+        self.sdk = []
+        self.sdk_tasks = []
+        for i, (name, token, s) in enumerate(members):
+            successor = names[(i + 1) % len(names)]
+            session = AgentSession(servers[s], token, RingModel(successor, self.ring), resume=True)
+            session.successor = successor
+            self.sdk.append(session)
+            self.sdk_tasks.append(asyncio.create_task(session.run()))
+            await asyncio.sleep(0.005)
+        deadline = time.monotonic() + timeout
+        while not all(s.connected.is_set() for s in self.sdk):
+            failed = [t for t in self.sdk_tasks if t.done()]
+            if failed:
+                raise RuntimeError(f"an SDK session ended: {failed[0].exception()!r}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"SDK sessions not connected after {timeout}s")
+            await asyncio.sleep(0.05)
+        return {"sessions": len(self.sdk)}
+
+    async def op_sdk_run(self, depth: int, t_start: float, max_warm: float, max_duration: float, drain: float) -> dict:
+        """The ring: each session sends ``depth`` messages to its successor (ServerClient.tool, as a
+        model's call would go: a keyed tool frame), and every model forwards each message it is
+        given; when the load is steady (or after ``max_warm`` s) tell the parent, which answers with
+        the window [w0, w1]; the models stop forwarding at w1 and the ring drains."""
+        from agents import ToolError
+
+        loop = asyncio.get_running_loop()
+        ring = self.ring
+        ring.sending = True
+
+        async def seed(session) -> None:
+            for _ in range(depth):
+                content = ring.content()
+                ring.sent[content] = time.monotonic()
+                try:
+                    await session.client.tool("send_message", {"target": session.successor, "message": content},
+                                              call_id=f"seed-{self.run_id}-{content.split()[1]}")
+                except ToolError as exc:
+                    ring.errors[exc.code] += 1
+
+        await asyncio.sleep(max(0.0, t_start - time.monotonic()))
+        await asyncio.gather(*(seed(s) for s in self.sdk))
+        steady = await self._steady_rate(ring.seen_times, t_start, max_warm)
+        self.conn.send({"steady": steady, "warm": time.monotonic() - t_start})
+        window_msg = await loop.run_in_executor(None, self.conn.recv)
+        w0, w1 = window_msg["w0"], window_msg["w1"]
+        await asyncio.sleep(max(0.0, w1 - time.monotonic()))
+        ring.sending = False
+        deadline = time.monotonic() + drain
+        while time.monotonic() < deadline and len(ring.seen) < len(ring.sent) - sum(ring.errors.values()):
+            if any(t.done() for t in self.sdk_tasks):
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        delivered = [ring.seen[c] - t for c, t in ring.sent.items() if c in ring.seen]
+        return {
+            "steady": steady,
+            "seen_in_window": sum(1 for t in ring.seen_times if w0 <= t <= w1),
+            "sent": len(ring.sent),
+            "missing": len(ring.sent) - len(delivered) - sum(ring.errors.values()),
+            "errors": dict(ring.errors),
+            "delivered": delivered,
+        }
+
+    async def _steady_rate(self, times: list[float], t_start: float, max_warm: float) -> bool:
+        """Wait (at least 2 s, at most max_warm) until, twice in a row, the events of the last second
+        differ by at most 10 % from those of the second before."""
+        deadline = t_start + max_warm
+        await asyncio.sleep(max(0.0, t_start + 2.0 - time.monotonic()))
+        good = 0
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            last = sum(1 for t in times[-50_000:] if now - 1.0 <= t <= now)
+            before = sum(1 for t in times[-50_000:] if now - 2.0 <= t < now - 1.0)
+            good = good + 1 if last and abs(last - before) <= 0.1 * max(last, before) + 2 else 0
+            if good >= 2:
+                return True
+            await asyncio.sleep(0.25)
+        return False
+
+    async def op_sdk_close(self) -> dict:
+        for session in getattr(self, "sdk", []):
+            await session.stop()
+        results = await asyncio.gather(*getattr(self, "sdk_tasks", []), return_exceptions=True)
+        exceptions = [repr(r) for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
+        reconnects = sum(max(0, s.stats["connects"] - 1) for s in getattr(self, "sdk", []))
+        self.sdk, self.sdk_tasks = [], []
+        return {"reconnects": reconnects, "exceptions": exceptions[:3], "model_errors": dict(self.ring.model_errors)}
+
+
+class Ring:
+    """What one worker's SDK sessions measure: when each ring message was asked for (the model's
+    reply, or a seed) and when its target's model first saw it (its user_message entry is in the
+    conversation: the session reported it and the server acknowledged it)."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.sent: dict[str, float] = {}  # content -> monotonic time the send was asked for
+        self.seen: dict[str, float] = {}  # content -> monotonic time the target's model saw it
+        self.seen_times: list[float] = []
+        self.sending = True
+        self.errors: Counter = Counter()  # send_message refusals, by code
+        self.model_errors: Counter = Counter()
+        self.counter = itertools.count()
+
+    def content(self) -> str:
+        return f"ring {self.index}-{next(self.counter)} ".ljust(CONTENT_PAD, "x")
+
+
+class RingModel:
+    """A model (agents.model.Model) that answers each team message it is given with one
+    send_message of a new message to its successor. It reads only the entries of its current and
+    previous step (walking back from the end of the conversation), so a step costs the same
+    however long the history grows."""
+
+    def __init__(self, successor: str, ring: Ring):
+        self.successor = successor
+        self.ring = ring
+
+    async def step(self, context):
+        from agents.model import ModelReply, ToolCall
+
+        ring = self.ring
+        now = time.monotonic()
+        fresh = 0
+        for entry in reversed(context.entries):
+            if entry.get("turn_id") != context.turn_id or int(entry.get("step") or 0) < context.step - 1:
+                break
+            kind = entry.get("kind")
+            if kind == "user_message" and entry.get("step") == context.step:
+                text = entry.get("text") or ""
+                if text not in ring.seen:
+                    ring.seen[text] = now
+                    ring.seen_times.append(now)
+                fresh += 1
+            elif kind == "tool_result" and entry.get("step") == context.step - 1 and "error" in entry:
+                ring.errors[(entry["error"] or {}).get("code", "?")] += 1
+        calls = []
+        if ring.sending:
+            for _ in range(fresh):
+                content = ring.content()
+                ring.sent[content] = now
+                calls.append(ToolCall("send_message", {"target": self.successor, "message": content}))
+        return ModelReply(tool_calls=calls)
 
 
 def _worker_main(conn, index: int) -> None:

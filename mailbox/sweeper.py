@@ -3,14 +3,17 @@
 Each server process runs one sweeper in the background, started by the first
 websocket or tool call it serves (daphne has no startup hook); the same task
 beats the process's heartbeat (mailbox/presence.py), also when the sweep
-itself is left to ``manage.py sweep``, and holds the process's presence rows
-against its open websockets (``recovery.presence_reconcile``). Several processes may sweep at
+itself is left to ``manage.py sweep``, holds the process's presence rows
+against its open websockets (``recovery.presence_reconcile``), and keeps the
+process's long-lived objects out of the garbage collector's full walks
+(``heap_settle``). Several processes may sweep at
 once: admission claims targets with SKIP LOCKED, so no two admit the same
 target together, and reaping a dead process's presence is idempotent.
 ``manage.py sweep --loop`` runs the same pass on its own.
 """
 import asyncio
 import contextvars
+import gc
 import logging
 
 from django.conf import settings
@@ -28,6 +31,8 @@ OUTAGE_BEAT_INTERVAL = 0.25
 # This process's presence rows are held against its open websockets this often, besides
 # after every detach that failed and whenever the database comes back.
 RECONCILE_INTERVAL = 60.0
+# The objects that lived through this interval are frozen (heap_settle).
+HEAP_SETTLE_INTERVAL = 10.0
 _task: asyncio.Task | None = None
 _wake: asyncio.Event | None = None
 _reconcile: asyncio.Event | None = None
@@ -95,6 +100,46 @@ async def _reconcile_loop(interval: float) -> None:
             _reconcile.set()
 
 
+# Objects frozen after the last full pass, and since it (counted as they are frozen:
+# gc.get_freeze_count() walks every frozen object, 20-45 ms with 2 000 idle sessions).
+_heap_baseline = 0
+_heap_frozen = 0
+
+
+def heap_settle() -> bool:
+    """Collect the objects not frozen yet, then freeze what survived (``gc.freeze``: left out
+    of every later collection). Answers whether this was a full pass.
+
+    Python's full collections (generation 2) walk every object the process holds, with every
+    thread stopped: one daphne process with 2 000 idle agent websockets holds ~750 000, a
+    quarter to half a second of this machine's CPU each time, so the more idle sessions, the
+    longer each pause a send waits behind (docs/performance.md, "Idle sessions"). Settled, the
+    walks cover only what the last interval added. A cycle that becomes garbage among frozen
+    objects (a closed websocket's) waits for the full pass (unfreeze, collect, freeze), run
+    once as many objects were frozen since the last one as it left: a full walk is paid for
+    by as many new objects, and the garbage it finds is at most the live heap again."""
+    global _heap_baseline, _heap_frozen
+    gc.collect()
+    survivors = len(gc.get_objects())  # the objects not frozen: what this interval added
+    full = bool(_heap_baseline) and _heap_frozen + survivors > 2 * _heap_baseline
+    if full:
+        gc.unfreeze()
+        gc.collect()
+        survivors, _heap_frozen = len(gc.get_objects()), 0
+    gc.freeze()
+    _heap_frozen += survivors
+    if full or not _heap_baseline:
+        _heap_baseline = max(1, _heap_frozen)
+    return full
+
+
+async def _heap_loop(interval: float) -> None:
+    """heap_settle on the event loop every ``interval``: a collection stops every thread anyway."""
+    while True:
+        await asyncio.sleep(interval)
+        heap_settle()
+
+
 def _set_soon(event: asyncio.Event | None) -> None:
     """Set one of the sweeper's events from any thread."""
     task = _task
@@ -127,7 +172,7 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
     that takes long under load (it queues with the requests for the database
     threads) must not delay the beat, or the other processes take this one for
     dead."""
-    loops = [_beat_loop(beat_interval), _reconcile_loop(RECONCILE_INTERVAL)]
+    loops = [_beat_loop(beat_interval), _reconcile_loop(RECONCILE_INTERVAL), _heap_loop(HEAP_SETTLE_INTERVAL)]
     if connections["default"].vendor == "sqlite":
         loops.append(_checkpoint_loop(CHECKPOINT_INTERVAL))
     if sweep_interval > 0:
