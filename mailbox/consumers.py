@@ -10,6 +10,7 @@ import collections
 import contextlib
 import logging
 
+from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
@@ -376,6 +377,11 @@ class AgentConsumer(_JsonFrames):
         try:
             while self.outbox:
                 await self.dispatch(self.outbox.popleft())
+        except Disconnected:
+            # The socket closed under the send (the client went, or an outage closed it 4503):
+            # what was queued for it is sent again after the next hello (replay, acks of resends).
+            log.info("sending to %s stopped: the socket is closed", self.member)
+            self.outbox.clear()
         except Exception:
             log.warning("sending to %s failed", self.member, exc_info=True)
             self.outbox.clear()

@@ -188,8 +188,32 @@ class Writer(concurrent.futures.Executor):
                         batch.append(self._items.popleft())
             if batch is None:
                 self._call(first)
-            else:
+                continue
+            try:
                 self._commit(batch)
+            except BaseException as exc:  # noqa: BLE001 - the thread must outlive any batch
+                # Nothing above should raise; if it does, the process's writes would
+                # stop for good (every later job waiting on a dead thread). Fail this
+                # batch's jobs instead, loudly, and go on with the next.
+                log.error("the writer failed outside a batch's transaction; its %d jobs fail", len(batch), exc_info=True)
+                self._after_call_quietly()
+                for job in batch:
+                    job.error = job.error or exc
+                self._finish_quietly(batch)
+
+    def _after_call_quietly(self) -> None:
+        try:
+            self._after_call()
+        except Exception:
+            log.warning("closing the writer's connection failed", exc_info=True)
+
+    def _finish_quietly(self, jobs: list[Job]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+        for job in jobs:
+            by_loop.setdefault(job.loop, []).append(job)
+        for loop, mine in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                loop.call_soon_threadsafe(_resolve_all, mine)
 
     def _call(self, call: _Call) -> None:
         if not call.future.set_running_or_notify_cancel():
@@ -301,3 +325,7 @@ def _finish_all(jobs: list[Job]) -> None:
                 log.warning("finishing a %s failed", type(job).__name__, exc_info=True)
         job._resolve()
 
+
+def _resolve_all(jobs: list[Job]) -> None:
+    for job in jobs:
+        job._resolve()

@@ -64,8 +64,16 @@ async def test_a_turn_through_a_database_outage_loses_no_entry(own_database):
         await asyncio.to_thread(pg.stop, "fast")
         await asyncio.sleep(2)
         await asyncio.to_thread(pg.start)
-        await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set()
-                    and not session.unacknowledged, "the turn's end, every entry acknowledged", timeout=60)
+        try:
+            await until(lambda: any(e["kind"] == "turn_end" for e in session.entries) and session.idle.is_set()
+                        and not session.unacknowledged, "the turn's end, every entry acknowledged", timeout=90)
+        except AssertionError as exc:  # say where it stopped: the session's side and the server's
+            raise AssertionError(
+                f"{exc}\nsession: stats {session.stats}, idle {session.idle.is_set()}, "
+                f"{session.unacknowledged} unacknowledged, last entries "
+                f"{[e['kind'] for e in session.entries[-6:]]}\nserver log, last lines:\n"
+                + server.log_path.read_text(errors="replace")[-4000:]
+            ) from None
         assert session.stats["connects"] > connects, "the outage reached the session (4503, then a reconnect)"
         history = await asyncio.to_thread(team.history, "worker")
     finally:

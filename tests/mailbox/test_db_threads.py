@@ -1,4 +1,5 @@
 """mailbox/db.py: the process's database threads keep their connections."""
+import asyncio
 import threading
 
 import pytest
@@ -6,6 +7,7 @@ from django.db import connection
 
 from mailbox import db
 from mailbox.db import to_db_thread
+from mailbox.writer import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,3 +49,28 @@ async def test_a_broken_connection_is_replaced_by_the_next_call():
 async def test_the_threads_are_one_on_sqlite_and_several_on_postgresql():
     expected = 1 if connection.vendor == "sqlite" else 8
     assert db.threads() == expected
+
+
+class _Select(Job):
+    """A job that reads one row in the batch's transaction."""
+
+    def __init__(self, fail_after_commit: bool = False):
+        self.fail_after_commit = fail_after_commit
+
+    def execute(self, batch):
+        with batch.db.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            self.result = cursor.fetchone()[0]
+
+    def committed(self):
+        if self.fail_after_commit:  # a fault injected where nothing is expected to raise
+            raise RuntimeError("injected: failing after the commit")
+
+
+async def test_the_writer_outlives_a_failure_outside_a_batchs_transaction():
+    writer = db.writer()
+    with pytest.raises(RuntimeError, match="injected"):
+        await asyncio.wait_for(writer.run(_Select(fail_after_commit=True)), 10)
+    # The thread goes on: a later job commits and is answered (before, every job after
+    # waited for good on a dead thread).
+    assert await asyncio.wait_for(writer.run(_Select()), 10) == 1
