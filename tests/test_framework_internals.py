@@ -240,3 +240,85 @@ def test_the_layer_receives_through_the_replaced_loop_and_is_flushed_when_its_lo
     assert proxy._layers == {} and redis_stand_in.closed, _changed(
         CHANNELS_REDIS, "channels_redis.utils._wrap_close", "no longer flushes the loop's layer when the loop closes"
     )
+
+
+# --- Channels, asgiref, Django's connection and psycopg (docs/code.md, "Framework internals") -------
+def test_channels_dispatch_is_still_lookup_close_old_connections_call():
+    """mailbox/consumers.py ``LeanConsumer.dispatch`` is Channels' ``dispatch`` without its
+    ``aclose_old_connections`` (the consumers reach the database only on mailbox/db.py's threads)."""
+    from channels.consumer import AsyncConsumer
+
+    from mailbox.consumers import LeanConsumer
+
+    body = [line.strip() for line in inspect.getsource(AsyncConsumer.dispatch).splitlines()]
+    assert "handler = getattr(self, get_handler_name(message), None)" in body, _changed(
+        "channels", "AsyncConsumer.dispatch", "no longer looks the handler up by get_handler_name"
+    )
+    assert "await aclose_old_connections()" in body and "await handler(message)" in body, _changed(
+        "channels", "AsyncConsumer.dispatch", "does more (or less) than close old connections and call the handler"
+    )
+    assert LeanConsumer.dispatch is not AsyncConsumer.dispatch
+
+
+def test_asgiref_takes_the_executors_the_project_hands_it():
+    from asgiref.sync import SyncToAsync, ThreadSensitiveContext
+
+    assert "executor" in inspect.signature(ThreadSensitiveContext.__init__).parameters, _changed(
+        "asgiref", "ThreadSensitiveContext(executor=)", "is gone (config/asgi.py RequestThreads)"
+    )
+    assert "executor" in inspect.signature(SyncToAsync.__init__).parameters, _changed(
+        "asgiref", "SyncToAsync(executor=)", "is gone (mailbox/db.py DatabaseThreads)"
+    )
+
+
+def test_djangos_connection_has_the_attributes_the_database_threads_keep():
+    """mailbox/db.py keeps a thread's connection open across calls by hand (``close_at``,
+    ``errors_occurred``, ``in_atomic_block``, ``close_if_unusable_or_obsolete``)."""
+    from django.db import connections
+
+    wrapper = connections["default"]
+    for name in ("close_at", "errors_occurred", "in_atomic_block", "connection"):
+        assert hasattr(wrapper, name), _changed("Django", f"BaseDatabaseWrapper.{name}", "is gone")
+    assert callable(wrapper.close_if_unusable_or_obsolete)
+    assert "self.errors_occurred" in inspect.getsource(type(wrapper).close_if_unusable_or_obsolete)
+
+
+def test_psycopg_prepare_threshold_is_the_switch_the_writer_flips():
+    import psycopg
+
+    assert psycopg.__version__.split(".")[0] == "3"
+    assert isinstance(psycopg.Connection.prepare_threshold, property), _changed(
+        "psycopg", "Connection.prepare_threshold", "is no longer a settable property"
+    )
+    assert psycopg.Connection.prepare_threshold.fset is not None
+    assert "prepare" in inspect.signature(psycopg.Cursor.execute).parameters
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_writer_batch_leaves_djangos_connection_as_it_found_it():
+    """mailbox/hot_sql.py ``hot_transaction`` runs BEGIN/COMMIT on the driver's connection
+    behind Django's back: after a batch, Django's view of the connection is unchanged
+    (autocommit on, no atomic block) and the driver is outside any transaction."""
+    from mailbox.writer import Job
+
+    class Probe(Job):
+        def execute(self, batch):
+            with batch.db.cursor() as cursor:
+                cursor.execute("SELECT 1")
+
+        def committed(self):
+            from django.db import connections
+
+            db = connections["default"]
+            self.result = (db.get_autocommit(), db.in_atomic_block, _driver_in_transaction(db))
+
+    assert await db.writer().run(Probe()) == (True, False, False)
+
+
+def _driver_in_transaction(wrapper) -> bool:
+    raw = wrapper.connection
+    if wrapper.vendor == "postgresql":
+        import psycopg
+
+        return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+    return raw.in_transaction
