@@ -11,7 +11,7 @@ from django.utils import timezone
 from frontend import attention, selectors
 from mailbox import hot_path, queue_adapter
 from tests.support.sends import message_send
-from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
+from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
 from teams.models import Member, Phase
 from teams.wire_format import iso
@@ -131,6 +131,36 @@ def test_needs_attention_lists_stuck_messages_failed_members_and_the_team_list_c
     assert embedded[0]["attention"] == 2
 
 
+def test_the_team_list_and_the_team_page_count_the_same_items_unreachable_members_included(client, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
+    team, lead, coder = _team()
+    reviewer = team_services.member_spawn(lead=lead, name="reviewer", description="d", prompt="")
+    other, _, _ = _team("beta")  # a second team on the same list, with nothing to look at
+    for target in ("coder", "coder", "reviewer"):
+        message_send(sender=lead, target_name=target, content="waiting")
+    TeamMessage.objects.filter(team=team).update(queued_at=timezone.now() - timedelta(seconds=60))
+    fresh, _ = message_send(sender=lead, target_name="reviewer", content="just sent")
+    _viewer(client)
+
+    def both() -> tuple[dict, dict]:
+        listed = {t["team"]: t["attention"] for t in client.get("/teams.json").json()["teams"]}
+        return listed, {t.name: attention.team_attention(team=t)["count"] for t in (team, other)}
+
+    # Three stuck messages, and two members with no session and no host: unreachable.
+    listed, shown = both()
+    assert listed == shown == {"alpha": 5, "beta": 0}
+    # A host connected: it can start them, so they are no longer unreachable (on both).
+    HostPresence.objects.create(team=team, channel="host-test")
+    listed, shown = both()
+    assert listed == shown == {"alpha": 3, "beta": 0}
+    HostPresence.objects.filter(team=team).delete()
+    # A failed member counts once, whatever waits for it; a delivered message no longer counts.
+    Member.objects.filter(pk=reviewer.pk).update(phase=Phase.FAILED)
+    TeamMessage.objects.filter(pk=fresh.pk).update(state=MessageState.DELIVERED)
+    listed, shown = both()
+    assert listed == shown == {"alpha": 5, "beta": 0}
+
+
 def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client, settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
     team, lead, coder = _team()
@@ -154,7 +184,7 @@ def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client
 
     _viewer(client)
     [summary] = client.get("/teams.json").json()["teams"]
-    assert summary["attention"] == 1  # the team list counts the prompt (not the unreachable member)
+    assert summary["attention"] == 2  # the team list counts what the team page lists: the prompt and the member
     page = client.get("/teams/alpha/").content.decode()
     snapshot = json.loads(page.split('<script id="snapshot" type="application/json">')[1].split("</script>")[0])
     assert [i.get("prompt_id") for i in snapshot["attention"]["items"] if i["kind"] == "prompt"] == [waiting.id]
