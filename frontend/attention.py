@@ -42,6 +42,25 @@ def threshold() -> float:
     return float(settings.STEERBOARD.get("ATTENTION_AFTER") or settings.STEERBOARD["REDELIVER_AFTER"])
 
 
+def message_since(message: TeamMessage) -> datetime:
+    """When a pending message entered its state: what its time in Needs attention counts from."""
+    if message.state == MessageState.ACCEPTED and message.accepted_at:
+        return message.accepted_at
+    return message.queued_at
+
+
+def message_stuck(message: TeamMessage, *, now: datetime | None = None) -> bool:
+    """Whether an operator's retry is offered for this message: it is pending and either
+    past the threshold in its state (a Needs attention item), or queued with a reason
+    (``last_error``: no session and no host, a failed admission). A message in its
+    normal second or two in ``accepted`` is not stuck."""
+    if message.state not in PENDING_STATES:
+        return False
+    if message.state == MessageState.QUEUED and message.last_error:
+        return True
+    return message_since(message) + timedelta(seconds=threshold()) <= (now or timezone.now())
+
+
 def member_reason(*, phase: str, status: str, waited_for: bool, has_host: bool) -> str:
     """Why a member needs attention ("" if it does not): the one rule the team page
     lists and the team list counts. Unreachable: no session, no host connected to
@@ -74,7 +93,7 @@ def team_attention(*, team: Team) -> dict:
     pending.sort(key=lambda m: m.queued_at)
     for m in pending:
         m.sender, m.target = by_id[m.sender_id], by_id[m.target_id]
-        since = m.accepted_at if m.state == MessageState.ACCEPTED and m.accepted_at else m.queued_at
+        since = message_since(m)
         if since + after > now:
             due.append(since + after)
             continue

@@ -38,6 +38,7 @@ def message_card(message: TeamMessage) -> dict:
     content = out.pop("content")
     out["html"] = markdown_html(content)
     out["bytes"] = len(content.encode("utf-8"))
+    out["stuck"] = attention.message_stuck(message)  # retry is offered on stuck cards only
     return out
 
 

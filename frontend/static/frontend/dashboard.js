@@ -233,7 +233,9 @@ export function messageItem(team, m, canAct, { withTarget = false } = {}) {
         onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/cancel`, "cancelled"),
       }, "cancel")
     : null;
-  const retry = canAct && pending
+  // Retry only what is stuck (frontend/attention.py, message_stuck): a message in its
+  // normal second or two in accepted has nothing to retry.
+  const retry = canAct && pending && m.stuck
     ? h("button", {
         type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id, "aria-label": `Retry message #${m.seq} from ${m.sender}`,
         title: "Run admission again for this message",
@@ -359,7 +361,7 @@ function lane(team, member, canAct, openState, color) {
       usageBadge(member.usage),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
         turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
-      canAct && (counts.queued + counts.accepted) > 0
+      canAct && ["queued", "accepted"].some((st) => member.messages[st].some((m) => m.stuck))
         ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member", "aria-label": `Retry all undelivered messages to ${member.name}`,
             onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
         : null),
