@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import hot_path, queue_adapter
+from mailbox import delivery, hot_path, lead_log, queue_adapter
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
@@ -82,6 +82,38 @@ def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
     assert title.endswith(" UTC") and at.endswith("Z") and at not in re.sub(r"<[^>]+>", "", by)
     assert 'data-turn-id="turn-1"' in by
     assert client.get("/teams/alpha/messages/team-message-nope/").status_code == 404
+
+
+def test_the_traces_last_row_says_where_an_undelivered_message_is_now_and_why(client):
+    team, lead, coder = _team()
+    message, _ = message_send(sender=lead, target_name="coder", content="waiting")
+    delivery.messages_retry(messages=[TeamMessage.objects.get(pk=message.id)], by="op")
+    _viewer(client)
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    # The events end on the retry; the row after them says it still waits, and why.
+    assert list(_event_rows(html)) == ["queued", "failed", "retried"]
+    now = re.search(r'<tr data-now data-state="(\w+)".*?</tr>', html, re.S)
+    assert now and now.group(1) == "queued" and html.rindex("<tr") == now.start()
+    reason = re.search(r"<td class=\"small\" data-now-reason>([^<]*)</td>", now.group(0)).group(1)
+    assert "coder is provisioning and no host is connected" in reason
+    trace = lead_log.message_trace(message=TeamMessage.objects.get(pk=message.id))
+    assert trace["now"]["state"] == "queued" and trace["now"]["reason"] == reason
+    assert trace["now"]["since"] == iso(TeamMessage.objects.get(pk=message.id).queued_at)
+
+    # Accepted (a session took the push): it waits for the session to record it.
+    TeamMessage.objects.filter(pk=message.id).update(state=MessageState.ACCEPTED, accepted_at=timezone.now(), last_error="")
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    assert 'data-now data-state="accepted"' in html and "pushed to coder; delivered once coder&#x27;s session" in html
+
+    # Delivered: the last event says it all, and no "now" row follows it.
+    hot_path.entry_record(member=coder, entry={
+        "id": "m1", "kind": "user_message", "text": "waiting",
+        "source": {"kind": "team-message", "message_id": message.id, "sender": "lead"},
+    })
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    assert list(_event_rows(html))[-1] == "delivered" and "data-now" not in html
+    now = lead_log.message_trace(message=TeamMessage.objects.get(pk=message.id))["now"]
+    assert now["state"] == "delivered" and now["reason"] == "in coder's history"
 
 
 def test_the_team_messages_page_takes_the_filters_from_its_url(client):
