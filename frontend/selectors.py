@@ -281,7 +281,10 @@ def _team_snapshot(*, team: Team) -> dict:
         "members": members,
         "usage": usage.usage_total(per_member),
         "budget": usage.budget_of(team_id=team.pk).out(),
-        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
+        "tasks": [
+            {**out, "blocking": team_selectors.task_blocking(task)}
+            for task, out in zip(tasks, team_selectors.tasks_out(tasks, team_id=team.pk), strict=True)
+        ],
         "tasks_more": next_cursor is not None,
     }
 

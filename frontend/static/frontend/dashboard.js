@@ -384,9 +384,10 @@ function taskBoard(tasks, more) {
         h("div", { class: "task-head" }, h("b", { class: "task-id" }, t.id), " ", h("span", { class: "task-subject", title: t.description }, t.subject)),
         h("div", { class: "task-meta small" },
           h("span", { class: `pill task-${t.status}` }, t.status.replace("_", " ")),
-          t.ready ? h("span", { class: "pill ready" }, "ready") : null,
+          // "ready" only when nothing blocks it; blockers only while they block (open, on an open task).
+          t.ready ? h("span", { class: "pill ready", "data-ready-label": "" }, "ready") : null,
           h("span", {}, t.owner ? `owner ${t.owner}` : "unowned"),
-          t.blocked_by.length ? h("span", { class: "blocked" }, `blocked by ${t.blocked_by.join(", ")}`) : null)))),
+          t.blocking.length ? h("span", { class: "blocked", "data-blocking": t.blocking.join(" ") }, `blocked by ${t.blocking.join(", ")}`) : null)))),
     more ? h("p", { class: "muted small" }, "More tasks on the board than shown; see the API.") : null);
 }
 
