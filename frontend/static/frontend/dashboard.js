@@ -518,6 +518,30 @@ function budgetForm(team) {
   });
 }
 
+// The new host token, answered once by the server: shown here and nowhere again.
+function hostTokenForm(team) {
+  const form = document.querySelector('form[data-action="host-token-rotate"]');
+  if (!form) return;
+  const status = form.querySelector("[data-host-token-status]");
+  const shown = form.querySelector("[data-rotated]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "rotating…";
+    try {
+      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/host_token/rotate`);
+      shown.querySelector("[data-host-token]").textContent = answer.host_token;
+      shown.hidden = false;
+      status.textContent = "rotated: hosts with the old token are disconnected";
+    } catch (error) {
+      status.textContent = `not rotated: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
 function teamPage() {
   const team = body.dataset.team;
   startAges();
@@ -527,6 +551,7 @@ function teamPage() {
   if (initial) renderTeam(JSON.parse(initial.textContent));
   promptForm(team);
   budgetForm(team);
+  hostTokenForm(team);
   const refresh = coalesced(async () => {
     try {
       renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
@@ -560,6 +585,38 @@ function renderTeams(data) {
       h("p", { class: "small muted" }, timeAgo(t.created_at, "created {ago}")))));
 }
 
+// A team made by an operator: its Lead and host tokens, answered once, shown once.
+function teamCreateForm(refresh) {
+  const form = document.querySelector('form[data-action="team-create"]');
+  if (!form) return;
+  const status = form.querySelector("[data-team-create-status]");
+  const created = document.querySelector("[data-created-team]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const input = form.querySelector('input[name="name"]');
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "creating…";
+    try {
+      const answer = await operatorPost("/api/v1/teams", { name: input.value.trim() });
+      const link = created.querySelector("[data-created-link]");
+      link.textContent = answer.team;
+      link.href = `/teams/${encodeURIComponent(answer.team)}/`;
+      created.dataset.createdTeam = answer.team;
+      created.querySelector("[data-lead-token]").textContent = answer.lead.token;
+      created.querySelector("[data-host-token]").textContent = answer.host_token;
+      created.hidden = false;
+      status.textContent = `created ${answer.team}`;
+      input.value = "";
+      refresh();
+    } catch (error) {
+      status.textContent = `not created: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
 function teamListPage() {
   startAges();
   const initial = document.getElementById("teams-data");
@@ -572,6 +629,7 @@ function teamListPage() {
     }
   });
   resync = refresh;
+  teamCreateForm(refresh);
   watchDatabase();
   liveSocket("/ws/dashboard/", refresh);
   // The socket hears the teams that existed when it opened; new teams show up on this slow re-read.
