@@ -133,7 +133,7 @@ def body_limits(app):
     the cached one, mailbox/auth.py); a ``Content-Length`` over DATA_UPLOAD_MAX_MEMORY_SIZE
     answers 413 ``TEAM_MESSAGE_TOO_LARGE`` (as the endpoints answer a body that turns out
     larger); a malformed ``Content-Length`` answers 400 ``VALIDATION_ERROR``."""
-    from mailbox import outage
+    from mailbox import auth, outage
     from mailbox.api.errors import bearer_challenge, too_large_body
     from mailbox.auth import member_of_request
 
@@ -163,8 +163,7 @@ def body_limits(app):
             # The endpoint takes it from here instead of looking the token up again.
             scope["steerboard.member"] = member
             if member is None:
-                message = "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
-                body = {"error": {"code": "UNAUTHENTICATED", "message": message}}
+                body = {"error": {"code": "UNAUTHENTICATED", "message": auth.MEMBER_TOKEN_MISSING}}
                 await _refuse(send, 401, body, bearer_challenge(scope.get("headers", ())))
                 return
         if size > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:

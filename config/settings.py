@@ -70,8 +70,10 @@ def _env_float(name: str, default: float) -> float:
 
 DEBUG = _env_bool("DEBUG", False)
 # No fixed fallback in production: with DEBUG off a server without SECRET_KEY
-# refuses to start (sessions and CSRF tokens would be forgeable). `manage.py
-# demo` and the test settings generate their own (docs/operations.md).
+# refuses to start (sessions and CSRF tokens would be forgeable). `manage.py`
+# on the embedded default (no DATABASE_URL), `manage.py demo`, and the test
+# settings generate their own (docs/operations.md); manage.py prints this
+# refusal as one line.
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
@@ -79,7 +81,8 @@ if not SECRET_KEY:
 
         raise ImproperlyConfigured(
             "SECRET_KEY is not set. Set it (the same long random value on every process, e.g. "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`), or DEBUG=1 for development."
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`), or DEBUG=1 for development "
+            "(without DATABASE_URL, manage.py makes its own under var/)."
         )
     SECRET_KEY = "steerboard-development-only-secret-key-never-in-production"
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h]

@@ -11,13 +11,16 @@ what can be done:
 - ``budget``: the team's token budget is used up (mailbox/usage.py): no new turn starts
   until an operator raises it. It heads the list.
 
+The team list shows the same count for each team (``teams_attention_counts``: the
+same rule, ``member_reason`` for members, read for all the listed teams at once).
+
 Reads are bounded: the team's pending messages (at most the mailbox limit per
 target, read through the (state, queued_at) index), its queued prompts, its roster.
 """
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Q
 from django.utils import timezone
 
 from mailbox import usage
@@ -25,15 +28,48 @@ from mailbox.models import (
     PENDING_STATES, HostPresence, HumanPrompt, LeadLogRecord, LogKind, MemberUsage, MessageState, PromptState,
     TeamMessage,
 )
-from teams.models import Member, Phase, Status, Team
+from teams.models import Member, Phase, Status, Team, status_of
 from teams.wire_format import iso
 
 ITEM_WINDOW = 50  # items shown; the count is of all
 PENDING_READ = 1000  # pending messages of a team read at most (8 members x 64 by default)
 
 
+NO_SESSION = (Status.INACTIVE, Status.PROVISIONING)
+
+
 def threshold() -> float:
     return float(settings.STEERBOARD.get("ATTENTION_AFTER") or settings.STEERBOARD["REDELIVER_AFTER"])
+
+
+def message_since(message: TeamMessage) -> datetime:
+    """When a pending message entered its state: what its time in Needs attention counts from."""
+    if message.state == MessageState.ACCEPTED and message.accepted_at:
+        return message.accepted_at
+    return message.queued_at
+
+
+def message_stuck(message: TeamMessage, *, now: datetime | None = None) -> bool:
+    """Whether an operator's retry is offered for this message: it is pending and either
+    past the threshold in its state (a Needs attention item), or queued with a reason
+    (``last_error``: no session and no host, a failed admission). A message in its
+    normal second or two in ``accepted`` is not stuck."""
+    if message.state not in PENDING_STATES:
+        return False
+    if message.state == MessageState.QUEUED and message.last_error:
+        return True
+    return message_since(message) + timedelta(seconds=threshold()) <= (now or timezone.now())
+
+
+def member_reason(*, phase: str, status: str, waited_for: bool, has_host: bool) -> str:
+    """Why a member needs attention ("" if it does not): the one rule the team page
+    lists and the team list counts. Unreachable: no session, no host connected to
+    start one, and work (a message, a prompt) that has waited for it past the threshold."""
+    if phase == Phase.FAILED:
+        return "failed to start"
+    if status in NO_SESSION and waited_for and not has_host:
+        return "unreachable: no session and no host connected to start it"
+    return ""
 
 
 def team_attention(*, team: Team) -> dict:
@@ -57,7 +93,7 @@ def team_attention(*, team: Team) -> dict:
     pending.sort(key=lambda m: m.queued_at)
     for m in pending:
         m.sender, m.target = by_id[m.sender_id], by_id[m.target_id]
-        since = m.accepted_at if m.state == MessageState.ACCEPTED and m.accepted_at else m.queued_at
+        since = message_since(m)
         if since + after > now:
             due.append(since + after)
             continue
@@ -87,16 +123,14 @@ def team_attention(*, team: Team) -> dict:
         )[:ITEM_WINDOW]
     )
     waiting_for |= {p.target_id for p in prompts if p.created_at + after <= now}
-    no_session = [m for m in roster if m.status in (Status.INACTIVE, Status.PROVISIONING) and m.pk in waiting_for]
+    no_session = [m for m in roster if m.status in NO_SESSION and m.pk in waiting_for]
     has_host = bool(no_session) and HostPresence.objects.filter(team=team).exists()
     failed = [m for m in roster if m.phase == Phase.FAILED]
     errors = _start_failures(team=team) if failed else {}
     for member in roster:
-        if member.phase == Phase.FAILED:
-            reason = "failed to start"
-        elif member in no_session and not has_host:
-            reason = "unreachable: no session and no host connected to start it"
-        else:
+        reason = member_reason(phase=member.phase, status=member.status, waited_for=member.pk in waiting_for,
+                               has_host=has_host)
+        if not reason:
             continue
         items.append(
             {
@@ -160,32 +194,42 @@ def _start_failures(*, team: Team) -> dict[str, str]:
 
 
 def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
-    """For the team list: per team, messages stuck past the threshold, prompts waiting past it,
-    failed members and a used-up token budget (an unreachable member is shown on the team page only: telling it
-    needs the team's hosts and pending work, more than a list of teams reads)."""
+    """For the team list: per team, the number the team page's list counts (messages stuck
+    past the threshold, prompts waiting past it, failed or unreachable members
+    (``member_reason``), a used-up token budget), read for all the teams at once."""
     now = timezone.now()
-    stale = now - timedelta(seconds=threshold())
+    stale = now - timedelta(seconds=threshold())  # what entered its state by then has waited past it
     counts = dict.fromkeys(team_ids, 0)
+    waiting_for: set[int] = set()  # members some work has waited for past the threshold
     # The pending few through the (state, queued_at) index (ordered by state first, as
     # recovery.messages_recover reads them), counted here: by team, SQLite walked every old message.
     pending = (
         TeamMessage.objects.filter(team_id__in=team_ids, state__in=PENDING_STATES)
         .order_by("state", "queued_at")
-        .values_list("team_id", "state", "queued_at", "accepted_at")[:PENDING_READ * 10]
+        .values_list("team_id", "target_id", "state", "queued_at", "accepted_at")[:PENDING_READ * 10]
     )
-    for team_id, state, queued_at, accepted_at in pending:
+    for team_id, target_id, state, queued_at, accepted_at in pending:
         since = accepted_at if state == MessageState.ACCEPTED and accepted_at else queued_at
-        if since < stale:
+        if since <= stale:
             counts[team_id] += 1
-    failed = Member.objects.filter(team_id__in=team_ids, phase=Phase.FAILED).values("team_id").annotate(n=Count("pk"))
-    prompts = (
-        HumanPrompt.objects.filter(team_id__in=team_ids, state=PromptState.QUEUED, created_at__lt=stale)
-        .values("team_id")
-        .annotate(n=Count("pk"))
+        if queued_at <= stale:
+            waiting_for.add(target_id)
+    prompts = HumanPrompt.objects.filter(team_id__in=team_ids, state=PromptState.QUEUED, created_at__lte=stale)
+    for team_id, target_id in prompts.values_list("team_id", "target_id"):
+        counts[team_id] += 1
+        waiting_for.add(target_id)
+    members = list(
+        Member.objects.filter(team_id__in=team_ids)
+        .filter(Q(phase=Phase.FAILED) | Q(pk__in=waiting_for))
+        .values_list("team_id", "pk", "phase", "session_state")
     )
-    for rows in (failed, prompts):
-        for row in rows:
-            counts[row["team_id"]] += row["n"]
+    hosted = set()
+    if members:
+        hosts = HostPresence.objects.filter(team_id__in={m[0] for m in members})
+        hosted = set(hosts.values_list("team_id", flat=True).distinct())
+    for team_id, pk, phase, session_state in members:
+        if member_reason(phase=phase, status=status_of(phase, session_state), waited_for=pk in waiting_for, has_host=team_id in hosted):
+            counts[team_id] += 1
     for team_id in usage.teams_exhausted(team_ids=team_ids):
         counts[team_id] += 1  # the budget item the team page heads its list with
     return counts

@@ -102,6 +102,7 @@ def message_trace(request, team, message_id):
             "team": found,
             "message": selectors.message_card(message),
             "events": trace["events"],
+            "now": trace["now"],
             "delivered_by": trace["delivered_by"],
             "me": _viewer(request),
             "page": "trace",

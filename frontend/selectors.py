@@ -38,6 +38,7 @@ def message_card(message: TeamMessage) -> dict:
     content = out.pop("content")
     out["html"] = markdown_html(content)
     out["bytes"] = len(content.encode("utf-8"))
+    out["stuck"] = attention.message_stuck(message)  # retry is offered on stuck cards only
     return out
 
 
@@ -280,7 +281,10 @@ def _team_snapshot(*, team: Team) -> dict:
         "members": members,
         "usage": usage.usage_total(per_member),
         "budget": usage.budget_of(team_id=team.pk).out(),
-        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
+        "tasks": [
+            {**out, "blocking": team_selectors.task_blocking(task)}
+            for task, out in zip(tasks, team_selectors.tasks_out(tasks, team_id=team.pk), strict=True)
+        ],
         "tasks_more": next_cursor is not None,
     }
 

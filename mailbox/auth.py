@@ -53,6 +53,10 @@ class TokenSocket(Protocol):
         """On its event loop: refuse every further frame and close (4401)."""
 
 
+# What every surface answers a request without a valid member token (401 UNAUTHENTICATED:
+# REST, /mcp, the agents' API behind config/asgi.py): one wording, whoever asks.
+MEMBER_TOKEN_MISSING = "Send 'Authorization: Bearer <member token>' (manage.py member_token TEAM MEMBER)."
+
 # sha256(member token) -> the agent websockets open with it, each with the event loop it runs on.
 _sockets: dict[str, dict[TokenSocket, asyncio.AbstractEventLoop]] = {}
 # sha256(host token) -> how many host websockets are open with it (counted for the cap only).

@@ -97,8 +97,10 @@ class Statements:
         self.entry_undo = f"DELETE FROM {history} WHERE id = %s"
         # Delivered only while pending, only while the history holds the message (the entry
         # may have folded on another entry's id), and only once; no existence checks before it.
+        # A delivered message has no current error: its failures stay in its trace (the Lead log).
         self.mark_delivered = (
-            f"UPDATE {message} SET state = {delivered}, delivered_at = %s, accepted_at = COALESCE(accepted_at, %s) "
+            f"UPDATE {message} SET state = {delivered}, delivered_at = %s, accepted_at = COALESCE(accepted_at, %s), "
+            f"last_error = '' "
             f"WHERE id = %s AND target_id = %s AND state IN ({pending}) "
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
             f"RETURNING seq"
@@ -218,7 +220,7 @@ class Statements:
                 f"WHERE CAST(%(message)s AS text) IS NULL OR EXISTS (SELECT 1 FROM lk WHERE state <> {cancelled}) "
                 f"ON CONFLICT DO NOTHING RETURNING id), "
                 f"d AS (UPDATE {message} SET state = {delivered}, delivered_at = %(now)s, "
-                f"accepted_at = COALESCE(accepted_at, %(now)s) "
+                f"accepted_at = COALESCE(accepted_at, %(now)s), last_error = '' "
                 f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
                 f"AND (EXISTS (SELECT 1 FROM h) "
                 f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "

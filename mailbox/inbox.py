@@ -72,6 +72,9 @@ async def inbox_take(*, member, after_seq: int, limit: int) -> dict:
         _, refusal = await hot_path.entries_submit(member=member, entries=entries)
         if refusal is not None:
             raise refusal
-        for message in taken:
-            message["state"] = MessageState.DELIVERED.value
+        # Answered as they are now, as REST answers them: delivered, with their
+        # accepted_at and delivered_at, and no last_error (a failure stays in the trace).
+        now = await to_db_thread(selectors.inbox_messages)(member=member, ids=[m["id"] for m in taken])
+        fresh = {m.id: selectors.message_out(m) for m in now}
+        page["messages"] = [fresh.get(m["id"], m) for m in page["messages"]]
     return page

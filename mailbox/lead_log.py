@@ -15,13 +15,15 @@ Every record is written by the Lead log (docs/delivery.md, "The Lead log"). It o
   the roster and the task board). The hot path's jobs ring the dashboards themselves
   after their batch commits.
 
-The readers: ``message_trace`` (one message's history, for the trace page and
-``GET /api/v1/teams/<team>/messages/<id>``).
+The readers: ``message_trace`` (one message's history and where it is now, for the
+trace page and ``GET /api/v1/teams/<team>/messages/<id>``).
 """
 from collections.abc import Iterable
 
+from django.conf import settings
+
 from mailbox import events, history
-from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, TeamMessage
+from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, MessageState, TeamMessage
 from teams.wire_format import iso
 
 # Each message record kind's fields, in the order a record holds them.
@@ -201,6 +203,33 @@ def delivery_entry(*, message: TeamMessage) -> dict | None:
     }
 
 
+def message_now(*, message: TeamMessage) -> dict:
+    """Where the message is now and why: ``{"state", "since", "reason"}``. The trace's
+    last row: its events say what happened (a retry, a push), not that it still waits."""
+    target = message.target.name
+    if message.state == MessageState.QUEUED:
+        since = message.queued_at
+        reason = message.last_error or (
+            f"waiting for admission: recovery tries again every sweep, or when {target}'s session or a host connects"
+        )
+    elif message.state == MessageState.ACCEPTED:
+        since = message.accepted_at or message.queued_at
+        reason = (
+            f"pushed to {target}; delivered once {target}'s session records it in its history "
+            f"(pushed again after {settings.STEERBOARD['REDELIVER_AFTER']:g} s, backing off, if it does not)"
+        )
+    elif message.state == MessageState.DELIVERED:
+        since, reason = message.delivered_at, f"in {target}'s history"
+    else:
+        since, reason = message.cancelled_at, "cancelled: never pushed or replayed again"
+    return {"state": message.state, "since": iso(since or message.queued_at), "reason": reason}
+
+
 def message_trace(*, message: TeamMessage) -> dict:
-    """One message's trace: its events in order and the history entry that delivered it."""
-    return {"events": message_events(message=message), "delivered_by": delivery_entry(message=message)}
+    """One message's trace: its events in order, where it is now and why, and the history
+    entry that delivered it."""
+    return {
+        "events": message_events(message=message),
+        "now": message_now(message=message),
+        "delivered_by": delivery_entry(message=message),
+    }

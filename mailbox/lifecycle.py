@@ -7,6 +7,10 @@ do, its undelivered messages stay stored but are never pushed (a retired target
 takes no new messages: TEAM_TARGET_RETIRED), no host is asked to start it again,
 and it may own no tasks. The Lead cannot be retired.
 
+``team_host_token_rotate`` gives a team a new host token (shown once): the earlier
+one stops working, and the hosts connected with it are told to reconnect, which
+it then cannot do.
+
 Each drops the revoked tokens from this process's lookup cache at once
 (mailbox/auth.py); other processes stop accepting them within
 STEERBOARD_TOKEN_CACHE_SECONDS.
@@ -14,8 +18,9 @@ STEERBOARD_TOKEN_CACHE_SECONDS.
 from django.db import transaction
 
 from mailbox import auth, events, lead_log
+from teams import services as team_services
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Phase, SessionState, Task, TaskStatus
+from teams.models import Member, Phase, SessionState, Task, Team, TaskStatus
 from teams.tokens import member_tokens_delete
 
 # Code with which a retired member's open websocket is closed (it reconnects; its token is gone).
@@ -27,6 +32,16 @@ def _member(team_id: int, name: str) -> Member:
     if member is None:
         raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {name!r} on this team.")
     return member
+
+
+def team_host_token_rotate(*, team: Team) -> str:
+    """A new host token for the team, answered once (only its hash is kept). Hosts connected
+    with the earlier one get ``host.reset`` once this commits: they reconnect, and their
+    token is refused (4401)."""
+    with transaction.atomic():
+        token = team_services.team_host_token_replace(team=team)
+        events.send_after_commit(events.host_group(team.pk), {"type": "host.reset"})
+    return token
 
 
 def member_tokens_revoke(*, team_id: int, name: str) -> int:

@@ -34,7 +34,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
-from mailbox import inbox, policy, sweeper, wire
+from mailbox import auth, inbox, policy, sweeper, wire
 from mailbox.api.errors import bearer_challenge
 from mailbox.api.tool_calls import host_allowed, respond_json
 from mailbox.auth import member_from_headers
@@ -51,7 +51,7 @@ def _member(ctx):
     request = ctx.request
     member = request.scope.get(MEMBER_KEY) if request is not None else None
     if member is None:  # the ASGI wrapper lets no request through without one
-        raise TeamError(ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>'.")
+        raise TeamError(ErrorCode.UNAUTHENTICATED, auth.MEMBER_TOKEN_MISSING)
     return member
 
 
@@ -230,8 +230,7 @@ class McpApp:
             return await respond_json(
                 send,
                 401,
-                {"error": {"code": "UNAUTHENTICATED", "message": "Send 'Authorization: Bearer <member token>' "
-                           "(manage.py member_token TEAM MEMBER)."}},
+                {"error": {"code": "UNAUTHENTICATED", "message": auth.MEMBER_TOKEN_MISSING}},
                 [bearer_challenge(scope.get("headers", []))],
             )
         sweeper.ensure_started()

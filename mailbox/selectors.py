@@ -241,6 +241,11 @@ def inbox_page(*, member, after_seq: int = 0, limit: int = 50) -> tuple[list[Tea
     return page, (page[-1].seq if len(rows) > limit else None)
 
 
+def inbox_messages(*, member, ids: list[str]) -> list[TeamMessage]:
+    """These messages of a member's inbox as they are now (an MCP inbox read, once it took them)."""
+    return list(TeamMessage.objects.filter(target=member, id__in=ids).select_related("sender", "target"))
+
+
 def wait_snapshot(member: Member) -> tuple[bool, tuple]:
     """For wait_agent: whether another member is active, and what it wakes on (the
     others' statuses, the caller's inbox and the task board)."""

@@ -18,6 +18,11 @@ urlpatterns = [
     path("teams/<str:team>/messages/<str:message_id>", operators.MessageDetailView.as_view(), name="message-detail"),
     path("teams/<str:team>/retry", operators.TeamRetryView.as_view(), name="team-retry"),
     path(
+        "teams/<str:team>/host_token/rotate",
+        operators.TeamHostTokenRotateView.as_view(),
+        name="team-host-token-rotate",
+    ),
+    path(
         "teams/<str:team>/messages/<str:message_id>/retry",
         operators.MessageRetryView.as_view(),
         name="message-retry",

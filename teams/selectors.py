@@ -125,6 +125,15 @@ def task_out(task: Task, *, warnings: list[str] | None = None) -> dict:
     ).model_dump()
 
 
+def task_blocking(task: Task) -> list[str]:
+    """What blocks the task now: its open blockers while it is itself open (the dashboard's
+    board shows these; ``blocked_by`` keeps every dependency, done or not)."""
+    if task.status not in _OPEN:
+        return []
+    blockers = sorted(task.blocked_by.all(), key=lambda b: b.number)
+    return [b.public_id for b in blockers if b.status not in (TaskStatus.COMPLETED, TaskStatus.DELETED)]
+
+
 def task_get(*, team_id: int, task_id: str) -> Task:
     number = int(task_id.removeprefix("task-"))
     task = tasks_with_ready(Task.objects.filter(team_id=team_id, number=number)).first()

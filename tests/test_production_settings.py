@@ -30,12 +30,50 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_without_secret_key_and_debug_off_nothing_starts():
-    result = _manage("check")
+def test_a_local_run_needs_no_secret_key_and_every_command_shares_the_demos_key(tmp_path):
+    """Without DATABASE_URL (the embedded default) every command works as the demo
+    does: one generated key, kept under var/, the same for each command."""
+    code = "from django.conf import settings; print(settings.SECRET_KEY)"
+    first = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    key = (tmp_path / "secret-key").read_text().strip()
+    assert len(key) >= 50 and first.stdout.strip() == key
+    assert oct((tmp_path / "secret-key").stat().st_mode & 0o777) == "0o600"
+    assert _manage("check", STEERBOARD_VAR_DIR=str(tmp_path)).returncode == 0
+    again = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
+    assert again.stdout.strip() == key
+
+
+def test_a_demo_key_made_before_is_the_one_kept(tmp_path):
+    (tmp_path / "demo-secret-key").write_text("d" * 60)
+    code = "from django.conf import settings; print(settings.SECRET_KEY)"
+    result = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
+    assert result.stdout.strip() == "d" * 60, result.stderr
+    assert (tmp_path / "secret-key").read_text() == "d" * 60
+
+
+@pytest.mark.parametrize("command", [["check"], ["team_create", "t1"], ["migrate"]])
+def test_a_deployment_without_secret_key_gets_one_line_and_a_failed_exit(tmp_path, command):
+    """With DATABASE_URL set nothing is generated: the refusal is one line on stderr."""
+    result = _manage(*command, DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing", STEERBOARD_VAR_DIR=str(tmp_path))
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("manage.py: SECRET_KEY is not set.")
+    assert not (tmp_path / "secret-key").exists()
+    # With DEBUG on, development goes on with a development key.
+    assert _manage("check", DEBUG="1", DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing").returncode == 0
+
+
+def test_the_server_refuses_to_start_without_secret_key(tmp_path):
+    """daphne loads config.asgi, not manage.py: no key is generated for it, even locally."""
+    base = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL"}}
+    result = subprocess.run(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "config.asgi:application"],
+        cwd=ROOT, env={**base, "DJANGO_SETTINGS_MODULE": "config.settings", "STEERBOARD_VAR_DIR": str(tmp_path)},
+        capture_output=True, text=True, timeout=120,
+    )
     assert result.returncode != 0
     assert "ImproperlyConfigured: SECRET_KEY is not set" in result.stderr
-    # With DEBUG on, development goes on with a development key.
-    assert _manage("check", DEBUG="1").returncode == 0
 
 
 def test_check_deploy_is_clean_with_the_production_environment(tmp_path):

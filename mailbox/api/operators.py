@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import budget, delivery, lead_log, queue_adapter, selectors, usage, wire
+from mailbox import budget, delivery, lead_log, lifecycle, queue_adapter, selectors, usage, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
@@ -69,6 +69,21 @@ class TeamsView(_Api):
         return Response(
             {"team": team.name, "lead": {"name": lead.name, "token": lead_token}, "host_token": host_token}, status=201
         )
+
+
+class TeamHostTokenRotateView(_Api):
+    def get_permissions(self):
+        return [IsOperator()]
+
+    @extend_schema(
+        request=None,
+        responses={201: OpenApiTypes.OBJECT},
+        summary="Give a team a new host token (shown once); hosts connected with the old one are disconnected",
+        operation_id="team_host_token_rotate",
+    )
+    def post(self, request, team):
+        found = self.team()
+        return Response({"team": found.name, "host_token": lifecycle.team_host_token_rotate(team=found)}, status=201)
 
 
 class TeamDetailView(_Api):

@@ -7,7 +7,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from mailbox import history, sweeper, wire
+from mailbox import auth, history, sweeper, wire
 from mailbox.api.errors import error_json
 from mailbox.auth import member_of_request
 from mailbox.db import to_db_thread
@@ -26,9 +26,7 @@ async def _member(request):
 async def _member_of(headers):
     member = await member_of_request(headers)
     if member is None:
-        raise TeamError(
-            ErrorCode.UNAUTHENTICATED, "Send 'Authorization: Bearer <member token>' (manage.py member_token)."
-        )
+        raise TeamError(ErrorCode.UNAUTHENTICATED, auth.MEMBER_TOKEN_MISSING)
     return member
 
 

@@ -181,7 +181,7 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
     sent = [rest(daphne_server, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
     assert all(s["status"] == "queued" for s in sent)  # nobody to admit them to: they wait
 
-    got, cursor = [], 0
+    got, answered, cursor = [], [], 0
     async with mcp_client(daphne_server, impl) as client:
         templates = await client.list_resource_templates()
         assert [t.uri_template for t in templates.resource_templates] == ["steerboard://inbox{?after_seq,limit}"]
@@ -189,6 +189,7 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
             read = await client.read_resource(f"steerboard://inbox?after_seq={cursor}&limit=2")
             page = json.loads(read.contents[0].text)
             got += [m["id"] for m in page["messages"]]
+            answered += page["messages"]
             cursor = page["last_seq"]
             if page["next_cursor"] is None:
                 break
@@ -202,6 +203,24 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
         f"{daphne_server.url}/api/v1/teams/mcp-inbox/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert {m["state"] for m in listing["messages"]} == {"delivered"}
+    # The inbox answers them as they are now, as REST does (issue 33 item 5): delivered, with
+    # their times, and no current error, though each waited for a host before (its trace keeps that).
+    rows = {m["id"]: m for m in listing["messages"]}
+    for message in answered:
+        assert message["state"] == "delivered" and message["last_error"] == "", message
+        assert message["accepted_at"] and message["delivered_at"], message
+        assert {k: message[k] for k in ("accepted_at", "delivered_at")} == {
+            k: rows[message["id"]][k] for k in ("accepted_at", "delivered_at")}
+        assert rows[message["id"]]["last_error"] == ""
+    polled = httpx.get(f"{daphne_server.url}/api/v1/inbox", headers={"Authorization": f"Bearer {impl}"}).json()
+    assert [m["last_error"] for m in polled["messages"]] == ["", "", ""]
+    trace = httpx.get(
+        f"{daphne_server.url}/api/v1/teams/mcp-inbox/messages/{sent[0]['message_id']}",
+        headers={"Authorization": f"Token {op['token']}"},
+    ).json()
+    kinds = [e["kind"] for e in trace["events"]]
+    assert kinds[:2] == ["queued", "failed"] and "no host" in trace["events"][1]["error"], trace["events"]
+    assert kinds[-1] == "delivered" and trace["last_error"] == ""
 
 
 async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env, daphne_server):

@@ -9,9 +9,9 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import hot_path, queue_adapter
+from mailbox import delivery, hot_path, lead_log, queue_adapter
 from tests.support.sends import message_send
-from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
+from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
 from teams.models import Member, Phase
 from teams.wire_format import iso
@@ -84,6 +84,38 @@ def test_the_trace_page_lists_each_event_as_a_row_in_order(client):
     assert client.get("/teams/alpha/messages/team-message-nope/").status_code == 404
 
 
+def test_the_traces_last_row_says_where_an_undelivered_message_is_now_and_why(client):
+    team, lead, coder = _team()
+    message, _ = message_send(sender=lead, target_name="coder", content="waiting")
+    delivery.messages_retry(messages=[TeamMessage.objects.get(pk=message.id)], by="op")
+    _viewer(client)
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    # The events end on the retry; the row after them says it still waits, and why.
+    assert list(_event_rows(html)) == ["queued", "failed", "retried"]
+    now = re.search(r'<tr data-now data-state="(\w+)".*?</tr>', html, re.S)
+    assert now and now.group(1) == "queued" and html.rindex("<tr") == now.start()
+    reason = re.search(r"<td class=\"small\" data-now-reason>([^<]*)</td>", now.group(0)).group(1)
+    assert "coder is provisioning and no host is connected" in reason
+    trace = lead_log.message_trace(message=TeamMessage.objects.get(pk=message.id))
+    assert trace["now"]["state"] == "queued" and trace["now"]["reason"] == reason
+    assert trace["now"]["since"] == iso(TeamMessage.objects.get(pk=message.id).queued_at)
+
+    # Accepted (a session took the push): it waits for the session to record it.
+    TeamMessage.objects.filter(pk=message.id).update(state=MessageState.ACCEPTED, accepted_at=timezone.now(), last_error="")
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    assert 'data-now data-state="accepted"' in html and "pushed to coder; delivered once coder&#x27;s session" in html
+
+    # Delivered: the last event says it all, and no "now" row follows it.
+    hot_path.entry_record(member=coder, entry={
+        "id": "m1", "kind": "user_message", "text": "waiting",
+        "source": {"kind": "team-message", "message_id": message.id, "sender": "lead"},
+    })
+    html = client.get(f"/teams/alpha/messages/{message.id}/").content.decode()
+    assert list(_event_rows(html))[-1] == "delivered" and "data-now" not in html
+    now = lead_log.message_trace(message=TeamMessage.objects.get(pk=message.id))["now"]
+    assert now["state"] == "delivered" and now["reason"] == "in coder's history"
+
+
 def test_the_team_messages_page_takes_the_filters_from_its_url(client):
     team, lead, coder = _team()
     message_send(sender=lead, target_name="coder", content="alpha beta")
@@ -131,6 +163,36 @@ def test_needs_attention_lists_stuck_messages_failed_members_and_the_team_list_c
     assert embedded[0]["attention"] == 2
 
 
+def test_the_team_list_and_the_team_page_count_the_same_items_unreachable_members_included(client, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
+    team, lead, coder = _team()
+    reviewer = team_services.member_spawn(lead=lead, name="reviewer", description="d", prompt="")
+    other, _, _ = _team("beta")  # a second team on the same list, with nothing to look at
+    for target in ("coder", "coder", "reviewer"):
+        message_send(sender=lead, target_name=target, content="waiting")
+    TeamMessage.objects.filter(team=team).update(queued_at=timezone.now() - timedelta(seconds=60))
+    fresh, _ = message_send(sender=lead, target_name="reviewer", content="just sent")
+    _viewer(client)
+
+    def both() -> tuple[dict, dict]:
+        listed = {t["team"]: t["attention"] for t in client.get("/teams.json").json()["teams"]}
+        return listed, {t.name: attention.team_attention(team=t)["count"] for t in (team, other)}
+
+    # Three stuck messages, and two members with no session and no host: unreachable.
+    listed, shown = both()
+    assert listed == shown == {"alpha": 5, "beta": 0}
+    # A host connected: it can start them, so they are no longer unreachable (on both).
+    HostPresence.objects.create(team=team, channel="host-test")
+    listed, shown = both()
+    assert listed == shown == {"alpha": 3, "beta": 0}
+    HostPresence.objects.filter(team=team).delete()
+    # A failed member counts once, whatever waits for it; a delivered message no longer counts.
+    Member.objects.filter(pk=reviewer.pk).update(phase=Phase.FAILED)
+    TeamMessage.objects.filter(pk=fresh.pk).update(state=MessageState.DELIVERED)
+    listed, shown = both()
+    assert listed == shown == {"alpha": 5, "beta": 0}
+
+
 def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client, settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "ATTENTION_AFTER": 5.0}
     team, lead, coder = _team()
@@ -154,7 +216,7 @@ def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client
 
     _viewer(client)
     [summary] = client.get("/teams.json").json()["teams"]
-    assert summary["attention"] == 1  # the team list counts the prompt (not the unreachable member)
+    assert summary["attention"] == 2  # the team list counts what the team page lists: the prompt and the member
     page = client.get("/teams/alpha/").content.decode()
     snapshot = json.loads(page.split('<script id="snapshot" type="application/json">')[1].split("</script>")[0])
     assert [i.get("prompt_id") for i in snapshot["attention"]["items"] if i["kind"] == "prompt"] == [waiting.id]

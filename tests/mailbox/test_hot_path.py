@@ -98,6 +98,31 @@ async def test_the_writer_and_the_callers_thread_leave_the_same_rows(api):
     await agent.close()
 
 
+async def test_a_delivered_message_keeps_no_current_error_on_every_delivery_path(api):
+    """Queued with a reason (no session, no host), then delivered by the caller's thread, by
+    the writer, and by recovery's DeliveredJob: each is delivered with ``last_error`` empty,
+    and its failure stays in its trace (the Lead log's ``message_failed`` record)."""
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    lead, target = await member("alpha", "lead"), await member("alpha", "implementer")
+    ids = [await sync_send(lead, "implementer", f"m{i}") for i in range(3)]
+    for message_id in ids:
+        waited = await row(message_id)
+        assert waited["state"] == "queued" and "no host" in waited["last_error"], waited
+
+    assert await sync_entry(target, entry_for(ids[0], "e-0")) is True
+    assert await submit(target, entry_for(ids[1], "e-1")) is True
+    # An entry stored without its mark (a crash between the two): recovery marks it.
+    await database_sync_to_async(HistoryEntry.objects.create)(
+        member=target, entry_id="e-2", kind="user_message", message_id=ids[2], data={"text": "m2"})
+    assert await database_sync_to_async(recovery.messages_reconcile)() == 1
+    for message_id in ids:
+        delivered = await row(message_id)
+        assert (delivered["state"], delivered["last_error"], delivered["delivered"]) == ("delivered", "", True)
+        kinds = [k for k, _ in await log_of(message_id)]
+        assert kinds == ["team/message/queued", "team/message/failed", "team/message/delivered"], kinds
+
+
 async def test_a_keyed_send_leaves_what_an_unkeyed_one_leaves_and_its_key_replays_the_answer(api):
     team = await team_new()
     agent = Agent(await spawn(api, team["lead"], "alpha", "implementer"))

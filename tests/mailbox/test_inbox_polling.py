@@ -155,3 +155,29 @@ async def test_without_a_member_token_it_is_unauthenticated(api, path, method):
     response = await api.http.request(method, path, headers=bearer("sbm_wrong"))
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/api/v1/tools/send_message", b'{"target": "lead", "message": "hi"}'),
+        ("POST", "/api/v1/tools/list_agents", b"{}"),
+        ("GET", "/api/v1/inbox", None),
+        ("POST", "/api/v1/session/entries", b'{"entries": []}'),
+        ("GET", "/api/v1/session/history", None),
+        ("POST", "/mcp", b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}'),
+    ],
+)
+@pytest.mark.parametrize("token", [None, "sbm_wrong"])
+async def test_every_surface_answers_a_missing_member_token_with_one_wording(api, method, path, body, token):
+    """REST, the agents' API and /mcp: the same 401 words, with or without a (bad) token (issue 33 item 8)."""
+    from mailbox.auth import MEMBER_TOKEN_MISSING
+
+    await team_new()
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if token:
+        headers |= bearer(token)
+    response = await api.http.request(method, path, content=body, headers=headers)
+    assert response.status_code == 401, response.text
+    assert response.json()["error"] == {"code": "UNAUTHENTICATED", "message": MEMBER_TOKEN_MISSING}
+    assert MEMBER_TOKEN_MISSING == "Send 'Authorization: Bearer <member token>' (manage.py member_token TEAM MEMBER)."

@@ -233,7 +233,9 @@ export function messageItem(team, m, canAct, { withTarget = false } = {}) {
         onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/messages/${encodeURIComponent(m.id)}/cancel`, "cancelled"),
       }, "cancel")
     : null;
-  const retry = canAct && pending
+  // Retry only what is stuck (frontend/attention.py, message_stuck): a message in its
+  // normal second or two in accepted has nothing to retry.
+  const retry = canAct && pending && m.stuck
     ? h("button", {
         type: "button", class: "small", "data-action": "retry", "data-retry-message": m.id, "aria-label": `Retry message #${m.seq} from ${m.sender}`,
         title: "Run admission again for this message",
@@ -359,7 +361,7 @@ function lane(team, member, canAct, openState, color) {
       usageBadge(member.usage),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
         turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
-      canAct && (counts.queued + counts.accepted) > 0
+      canAct && ["queued", "accepted"].some((st) => member.messages[st].some((m) => m.stuck))
         ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member", "aria-label": `Retry all undelivered messages to ${member.name}`,
             onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
         : null),
@@ -382,9 +384,10 @@ function taskBoard(tasks, more) {
         h("div", { class: "task-head" }, h("b", { class: "task-id" }, t.id), " ", h("span", { class: "task-subject", title: t.description }, t.subject)),
         h("div", { class: "task-meta small" },
           h("span", { class: `pill task-${t.status}` }, t.status.replace("_", " ")),
-          t.ready ? h("span", { class: "pill ready" }, "ready") : null,
+          // "ready" only when nothing blocks it; blockers only while they block (open, on an open task).
+          t.ready ? h("span", { class: "pill ready", "data-ready-label": "" }, "ready") : null,
           h("span", {}, t.owner ? `owner ${t.owner}` : "unowned"),
-          t.blocked_by.length ? h("span", { class: "blocked" }, `blocked by ${t.blocked_by.join(", ")}`) : null)))),
+          t.blocking.length ? h("span", { class: "blocked", "data-blocking": t.blocking.join(" ") }, `blocked by ${t.blocking.join(", ")}`) : null)))),
     more ? h("p", { class: "muted small" }, "More tasks on the board than shown; see the API.") : null);
 }
 
@@ -515,6 +518,30 @@ function budgetForm(team) {
   });
 }
 
+// The new host token, answered once by the server: shown here and nowhere again.
+function hostTokenForm(team) {
+  const form = document.querySelector('form[data-action="host-token-rotate"]');
+  if (!form) return;
+  const status = form.querySelector("[data-host-token-status]");
+  const shown = form.querySelector("[data-rotated]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "rotating…";
+    try {
+      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/host_token/rotate`);
+      shown.querySelector("[data-host-token]").textContent = answer.host_token;
+      shown.hidden = false;
+      status.textContent = "rotated: hosts with the old token are disconnected";
+    } catch (error) {
+      status.textContent = `not rotated: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
 function teamPage() {
   const team = body.dataset.team;
   startAges();
@@ -524,6 +551,7 @@ function teamPage() {
   if (initial) renderTeam(JSON.parse(initial.textContent));
   promptForm(team);
   budgetForm(team);
+  hostTokenForm(team);
   const refresh = coalesced(async () => {
     try {
       renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
@@ -557,6 +585,38 @@ function renderTeams(data) {
       h("p", { class: "small muted" }, timeAgo(t.created_at, "created {ago}")))));
 }
 
+// A team made by an operator: its Lead and host tokens, answered once, shown once.
+function teamCreateForm(refresh) {
+  const form = document.querySelector('form[data-action="team-create"]');
+  if (!form) return;
+  const status = form.querySelector("[data-team-create-status]");
+  const created = document.querySelector("[data-created-team]");
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const input = form.querySelector('input[name="name"]');
+    const submit = form.querySelector('button[type="submit"]');
+    submit.disabled = true;
+    status.textContent = "creating…";
+    try {
+      const answer = await operatorPost("/api/v1/teams", { name: input.value.trim() });
+      const link = created.querySelector("[data-created-link]");
+      link.textContent = answer.team;
+      link.href = `/teams/${encodeURIComponent(answer.team)}/`;
+      created.dataset.createdTeam = answer.team;
+      created.querySelector("[data-lead-token]").textContent = answer.lead.token;
+      created.querySelector("[data-host-token]").textContent = answer.host_token;
+      created.hidden = false;
+      status.textContent = `created ${answer.team}`;
+      input.value = "";
+      refresh();
+    } catch (error) {
+      status.textContent = `not created: ${error.message}`;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+}
+
 function teamListPage() {
   startAges();
   const initial = document.getElementById("teams-data");
@@ -569,6 +629,7 @@ function teamListPage() {
     }
   });
   resync = refresh;
+  teamCreateForm(refresh);
   watchDatabase();
   liveSocket("/ws/dashboard/", refresh);
   // The socket hears the teams that existed when it opened; new teams show up on this slow re-read.

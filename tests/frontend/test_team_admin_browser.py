@@ -1,0 +1,86 @@
+"""In Chromium: an operator makes a team on the team list and rotates its host token on the
+team page, each token shown once (issue 33 item 10); a viewer sees neither form, and the
+same requests forged from a viewer's page are refused."""
+import httpx
+import pytest
+from playwright.sync_api import expect
+from websockets.exceptions import InvalidStatus
+
+from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+
+
+def _host_connects(server, token: str) -> bool:
+    try:
+        ws_open(server.ws_url + "/ws/host/", token).close()
+        return True
+    except InvalidStatus:
+        return False
+
+
+def test_an_operator_creates_a_team_and_rotates_its_host_token_each_shown_once(live_env, daphne_server, page):
+    server = daphne_server
+    live_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    form = page.locator('form[data-action="team-create"]')
+    form.get_by_label("New team").fill("made-here")
+    form.get_by_role("button", name="Create team").click()
+    created = page.locator("[data-created-team]")
+    expect(created).to_have_attribute("data-created-team", "made-here")
+    lead_token = created.locator("[data-lead-token]").inner_text()
+    host_token = created.locator("[data-host-token]").inner_text()
+    assert lead_token.startswith("sbm_") and host_token.startswith("sbh_")
+    expect(page.locator('[data-team="made-here"]')).to_be_visible()  # on the list at once
+    screenshot(page, "team-created")
+    # The tokens work: the Lead calls a tool, the host connects.
+    assert [a["name"] for a in tool(server, lead_token, "list_agents")["agents"]] == ["lead"]
+    assert _host_connects(server, host_token)
+
+    # A name taken: said so, and nothing shown as made.
+    form.get_by_label("New team").fill("made-here")
+    form.get_by_role("button", name="Create team").click()
+    expect(form.locator("[data-team-create-status]")).to_contain_text("already exists")
+
+    # Shown once: the team page never shows it again; rotating gives a new one, once.
+    open_team(page, server, "made-here")
+    assert host_token not in page.content() and lead_token not in page.content()
+    rotate = page.locator('form[data-action="host-token-rotate"]')
+    expect(rotate.locator("[data-rotated]")).to_be_hidden()
+    rotate.get_by_role("button", name="Rotate host token").click()
+    expect(rotate.locator("[data-rotated]")).to_be_visible()
+    new_token = rotate.locator("[data-host-token]").inner_text()
+    assert new_token.startswith("sbh_") and new_token != host_token
+    expect(rotate.locator("[data-host-token-status]")).to_contain_text("rotated")
+    assert not _host_connects(server, host_token)
+    assert _host_connects(server, new_token)
+    page.reload()
+    assert new_token not in page.content()
+    assert page.page_errors == []
+
+
+def test_a_viewer_sees_no_team_or_token_forms_and_forged_posts_are_refused(live_env, daphne_server, page):
+    server = daphne_server
+    team = live_env.team_create("watched")
+    live_env.operator_create("viewer", viewer=True)
+    login(page, server, "viewer", "pw-viewer")
+    expect(page.locator('[data-team="watched"]')).to_be_visible()
+    expect(page.locator('form[data-action="team-create"]')).to_have_count(0)
+    open_team(page, server, "watched")
+    expect(page.locator('form[data-action="host-token-rotate"]')).to_have_count(0)
+    answers = page.evaluate(
+        """async () => {
+            const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
+            const post = async (url, body) => {
+              const r = await fetch(url, {method: "POST", body: JSON.stringify(body || {}),
+                headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
+              return [r.status, (await r.json()).error.code];
+            };
+            return [await post("/api/v1/teams", {name: "forged"}), await post("/api/v1/teams/watched/host_token/rotate")];
+        }"""
+    )
+    assert answers == [[403, "FORBIDDEN"]] * 2
+    assert _host_connects(server, team["host_token"])  # nothing rotated
+    names = [t["team"] for t in httpx.get(f"{server.url}/api/v1/teams",
+                                          headers={"Authorization": f"Token {live_env.operator_create('op2')['token']}"}).json()["teams"]]
+    assert "forged" not in names
