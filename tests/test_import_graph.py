@@ -12,11 +12,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounts", "agents", "config", "delegation", "frontend", "mailbox", "teams")
+PACKAGES = ("accounts", "sdk/steerboard_agents", "config", "delegation", "frontend", "mailbox", "teams")
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "sdk":  # the SDK's distribution folder: its package is the import name
+        parts.pop(0)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)

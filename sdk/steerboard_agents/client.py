@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from agents.crash import CrashPoints
+from steerboard_agents.crash import CrashPoints
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def crash_point(tool: str) -> None:
     ``STEERBOARD_AGENTS_CRASH_AT=<tool>`` or ``<tool>:N`` in its environment the
     process ends at once (``os._exit``, as ``kill -9``: every session it runs goes
     with it) when the Nth successful answer to that tool arrives, before the
-    session writes the result to its history (agents/crash.py)."""
+    session writes the result to its history (sdk/steerboard_agents/crash.py)."""
     _crashes.reached(tool)
 
 
