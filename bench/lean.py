@@ -480,7 +480,7 @@ class Worker:
 
     async def _send(self, sender: Session, target: str, content: str, keyed: bool = False) -> tuple:
         """One send_message; (outcome, t_send, t_answer, message_id or error code). ``keyed``: with an
-        idempotency_key, new for every send, as the SDK puts on each (sdk/steerboard_agents/client.py KEYED_TOOLS)."""
+        idempotency_key, new for every send, as the SDK puts on each (steerboard_protocol.tools.KEYED_TOOLS)."""
         t = time.monotonic()
         call_id = f"{self.index}-{next(self.ids)}"
         arguments = {"target": target, "message": content}

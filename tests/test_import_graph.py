@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounts", "sdk/steerboard_agents", "config", "delegation", "frontend", "mailbox", "teams")
+PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "frontend", "mailbox", "teams")
 
 
 def _module_name(path: Path) -> str:
@@ -187,8 +187,10 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 # Which package may import which (docs/code.md, "Imports"): the SDK nothing of the server; teams
 # (the roster and the board) and accounts (people) nothing of the mailbox, A2A or the dashboard;
 # the mailbox nothing of the transports above it.
+SERVER = {"accounts", "config", "delegation", "frontend", "mailbox", "teams"}
 MAY_NOT_IMPORT = {
-    "steerboard_agents": {"accounts", "config", "delegation", "frontend", "mailbox", "teams"},
+    "steerboard_protocol": SERVER | {"steerboard_agents"},
+    "steerboard_agents": SERVER,
     "teams": {"accounts", "delegation", "frontend", "mailbox"},
     "accounts": {"delegation", "frontend", "mailbox"},
     "mailbox": {"delegation", "frontend"},
@@ -208,3 +210,10 @@ def test_no_import_circle_among_packages_and_no_layer_broken():
         if name.split(".")[0] in MAY_NOT_IMPORT.get(module.split(".")[0], ())
     ]
     assert not broken, "layer rules broken (docs/code.md, \"Imports\"):\n" + "\n".join(broken)
+
+
+def test_the_protocol_package_imports_nothing_of_either_side():
+    graph = import_graph()
+    protocol = {m: deps for m, deps in graph.items() if m.startswith("steerboard_protocol")}
+    assert protocol, "sdk/steerboard_protocol is not read"
+    assert all(dep.startswith("steerboard_protocol") for deps in protocol.values() for dep in deps), protocol

@@ -55,7 +55,7 @@ def test_the_sdk_is_a_distribution_of_its_own_that_needs_no_server(tmp_path):
         entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert metadata["Name"] == "steerboard-agents"
     packages = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert packages == {"steerboard_agents"}
+    assert packages == {"steerboard_agents", "steerboard_protocol"}
     requires = [r.split(";")[0].split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip().lower()
                 for r in metadata.get_all("Requires-Dist") if "extra ==" not in r]
     assert sorted(requires) == ["httpx", "websockets"]

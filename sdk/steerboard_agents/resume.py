@@ -5,7 +5,7 @@ first) and returns, without any I/O, what the session restores: the team
 messages the conversation already holds (so folding knows them and the inbox
 knows where ``seq`` stands), the prompts that already had their turn (so a
 prompt pushed again is not run again), and the turn the history left
-unfinished, if any, with its entries (sdk/steerboard_agents/history_turns.py says which
+unfinished, if any, with its entries (sdk/steerboard_protocol/turns.py says which
 entries are in which turn, and which turn is open). sdk/steerboard_agents/session.py applies
 it; sdk/steerboard_agents/turns.py continues the open turn.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from steerboard_agents.history_turns import HistoryTurns
+from steerboard_protocol.turns import HistoryTurns
 
 
 class HeldMessage(NamedTuple):

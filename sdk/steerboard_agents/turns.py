@@ -38,7 +38,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from steerboard_agents.client import TEAM_TOOLS, ServerClient, ToolError
+from steerboard_agents.client import ServerClient, ToolError
+from steerboard_protocol.tools import TEAM_TOOLS
 from steerboard_agents.inbox import Inbox
 from steerboard_agents.model import Model, ModelError, ModelReply, StepContext
 from steerboard_agents.resume import OpenTurn, ResumePoint

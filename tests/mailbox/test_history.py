@@ -2,7 +2,7 @@
 
 The three readers of turns (the dashboard's timeline, the server's questions
 about one turn, the session's cold-resume) follow one rule
-(sdk/steerboard_agents/history_turns.py): on one history they must place every entry alike.
+(sdk/steerboard_protocol/turns.py): on one history they must place every entry alike.
 """
 import pytest
 
