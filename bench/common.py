@@ -1,6 +1,6 @@
 """What the benchmarks share: a run's servers and team on either backend
 (bench/harness.py), the same-run floor, percentiles, the load driver (the
-SDK's scripted wire sessions, agents.wire_agent, and REST sends), and the operator's delivery audit.
+SDK's scripted wire sessions, steerboard_agents.wire_agent, and REST sends), and the operator's delivery audit.
 
 Everything talks to 127.0.0.1 only, and every loop is bounded in count and time.
 """
@@ -19,7 +19,7 @@ import websockets
 
 from harness import ROOT, Environment, Server, free_port, provision, provision_teams  # noqa: F401  (for the benches)
 
-from agents.wire_agent import WireAgent  # noqa: E402
+from steerboard_agents.wire_agent import WireAgent  # noqa: E402
 
 BACKENDS = ("embedded", "scale-out")
 
@@ -199,7 +199,7 @@ class Load:
 
 
 class Fleet:
-    """N scripted sessions on the bare wire protocol (agents.wire_agent.WireAgent: one entry
+    """N scripted sessions on the bare wire protocol (steerboard_agents.wire_agent.WireAgent: one entry
     per message, no turns, so what is measured is the server), spread over the servers, and
     senders calling the REST tool send_message. A message counts as delivered when its
     entry's ack arrives: the target's history durably holds it."""

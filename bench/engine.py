@@ -18,7 +18,7 @@ and commits per delivered message, from a counted pass (STEERBOARD_COUNT_SQL=1,
 GET /api/v1/debug/sql); (5) send→delivered p50/p99 at a light fixed rate and
 at 100 msg/s, against the bare POST p50. The saturation runs twice on the same
 server, without and with an idempotency_key on each send (--phases unkeyed,keyed).
-(6) Real SDK sessions (agents.AgentSession, a ring model answering each team
+(6) Real SDK sessions (steerboard_agents.AgentSession, a ring model answering each team
 message with one keyed send_message to the next session: --phases sdk), their
 delivered msg/s beside the bare POST rate. (7) The sessions axis on a fresh
 server (--phases sessions): send→delivered at --light-rate with 8 and with
@@ -470,12 +470,12 @@ def steerboard(pool: Pool, sdk_pool: Pool | None, backend: str, processes: int, 
 
 
 def sdk_phase(sdk_pool: Pool, bench: Bench, team: dict, floor: dict, args, result: dict) -> None:
-    """Real SDK sessions (agents.AgentSession) in their own worker processes, each with a model that
+    """Real SDK sessions (steerboard_agents.AgentSession) in their own worker processes, each with a model that
     answers every team message with one send_message to the next member (a ring): keyed tool frames,
     turns, entries acknowledged before the session goes on. Delivered msg/s at saturation, counted
     when the target's model sees the message, beside the bare POST rate."""
     workers = len(sdk_pool.pids)
-    section(f"real SDK sessions: {args.sdk_sessions} agents.AgentSession over {workers} worker processes, a ring "
+    section(f"real SDK sessions: {args.sdk_sessions} steerboard_agents.AgentSession over {workers} worker processes, a ring "
             f"model (each team message answered with one send_message to the next member: a keyed tool frame), "
             f"{args.sdk_depth} messages in flight per session, {args.saturate_for:.0f} s window")
     shares = layout(team, len(bench.servers), workers)
@@ -787,7 +787,7 @@ def main() -> int:
                              f"client's saturation without/with an idempotency_key on each send; sdk: real SDK sessions; "
                              f"light: send→delivered at --light-rate and --mid-rate; sql: the counted SQL pass; "
                              f"sessions: the sessions axis")
-    parser.add_argument("--sdk-sessions", type=int, default=32, help="agents.AgentSession sessions of the sdk phase")
+    parser.add_argument("--sdk-sessions", type=int, default=32, help="steerboard_agents.AgentSession sessions of the sdk phase")
     parser.add_argument("--sdk-workers", type=int, default=2, help="worker processes holding the SDK sessions")
     parser.add_argument("--sdk-depth", type=int, default=4,
                         help="ring messages each SDK session starts with (messages in flight per session)")

@@ -39,7 +39,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.client import ServerClient  # noqa: E402
+from steerboard_agents.client import ServerClient  # noqa: E402
 
 PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
 REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"

@@ -6,7 +6,7 @@ most delivered messages per second sustained with zero loss.
 
 Beside each latency: the floor measured in the same run (a raw `websockets`
 echo round trip + one durable commit on the same database) and the ratio.
-The sessions are the SDK's scripted wire sessions (agents.wire_agent: one
+The sessions are the SDK's scripted wire sessions (steerboard_agents.wire_agent: one
 entry per message, no model), so what is measured is the server: a message
 counts as delivered when its entry's ack arrives.
 """

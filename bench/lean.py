@@ -480,7 +480,7 @@ class Worker:
 
     async def _send(self, sender: Session, target: str, content: str, keyed: bool = False) -> tuple:
         """One send_message; (outcome, t_send, t_answer, message_id or error code). ``keyed``: with an
-        idempotency_key, new for every send, as the SDK puts on each (agents/client.py KEYED_TOOLS)."""
+        idempotency_key, new for every send, as the SDK puts on each (steerboard_protocol.tools.KEYED_TOOLS)."""
         t = time.monotonic()
         call_id = f"{self.index}-{next(self.ids)}"
         arguments = {"target": target, "message": content}
@@ -680,11 +680,11 @@ class Worker:
         return {"connected": sum(s.welcomed.is_set() for s in self.sessions), "sessions": len(self.sessions),
                 "reconnects": self.reconnects, "lost": dict(self.lost), "error_frames": self.error_frames, "exceptions": self.exceptions[:3]}
 
-    # --- real SDK sessions: agents.AgentSession with a ring model -----------------------------------
+    # --- real SDK sessions: steerboard_agents.AgentSession with a ring model -----------------------------------
     async def op_sdk(self, members: list, servers: list[str], timeout: float = 180) -> dict:
-        """One agents.AgentSession per member ([name, token, server index]), each with a RingModel
+        """One steerboard_agents.AgentSession per member ([name, token, server index]), each with a RingModel
         whose successor is the next member of this worker (a ring); wait until every one is connected."""
-        from agents import AgentSession
+        from steerboard_agents import AgentSession
 
         await self._close_all()
         self.ring = Ring(self.index)
@@ -713,7 +713,7 @@ class Worker:
         model's call would go: a keyed tool frame), and every model forwards each message it is
         given; when the load is steady (or after ``max_warm`` s) tell the parent, which answers with
         the window [w0, w1]; the models stop forwarding at w1 and the ring drains."""
-        from agents import ToolError
+        from steerboard_agents import ToolError
 
         loop = asyncio.get_running_loop()
         ring = self.ring
@@ -799,7 +799,7 @@ class Ring:
 
 
 class RingModel:
-    """A model (agents.model.Model) that answers each team message it is given with one
+    """A model (steerboard_agents.model.Model) that answers each team message it is given with one
     send_message of a new message to its successor. It reads only the entries of its current and
     previous step (walking back from the end of the conversation), so a step costs the same
     however long the history grows."""
@@ -809,7 +809,7 @@ class RingModel:
         self.ring = ring
 
     async def step(self, context):
-        from agents.model import ModelReply, ToolCall
+        from steerboard_agents.model import ModelReply, ToolCall
 
         ring = self.ring
         now = time.monotonic()

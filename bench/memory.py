@@ -1,5 +1,5 @@
 """Resident memory of one daphne process holding idle agent sessions (the
-SDK's scripted wire sessions, agents.wire_agent, one per member).
+SDK's scripted wire sessions, steerboard_agents.wire_agent, one per member).
 
     python bench/memory.py                       # embedded default, 1 000 sessions
     python bench/memory.py --backend scale-out   # PostgreSQL + Redis

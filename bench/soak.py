@@ -1,4 +1,4 @@
-"""Load and soak: N scripted wire sessions of the SDK (agents.wire_agent)
+"""Load and soak: N scripted wire sessions of the SDK (steerboard_agents.wire_agent)
 exchange M messages sent over REST with random disconnects and reconnects; then
 the operator's check (`manage.py delivery_audit TEAM --all-delivered`) proves
 zero loss, zero duplicates, per-target order and one delivered record each,

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from agents.history_turns import HistoryTurns, named_turn
+from steerboard_protocol.turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import db, usage
@@ -144,7 +144,7 @@ def timeline_build(
     ``sources``: the messages and prompts the entries name, when the caller read
     them for several members at once; otherwise they are read here.
 
-    Which turn each entry is in is the one rule of agents/history_turns.py;
+    Which turn each entry is in is the one rule of sdk/steerboard_protocol/turns.py;
     entries carry ``step`` by convention. A turn that holds a
     ``prompt`` entry is a prompt turn: the Queue adapter starts each one on its own.
     """
@@ -152,7 +152,7 @@ def timeline_build(
         sources = EntrySources(rows)
     turns: list[dict] = []
     current: dict | None = None
-    placing = HistoryTurns()  # the one turn rule (agents/history_turns.py)
+    placing = HistoryTurns()  # the one turn rule (sdk/steerboard_protocol/turns.py)
     reported: list[tuple[str, dict]] = []  # (turn id, entry data) of the entries that report usage
     for row in rows:
         data = row.data if isinstance(row.data, dict) else {}

@@ -11,8 +11,10 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import db, events, hot_sql, lead_log, outage, recovery
+        from mailbox import db, events, hot_sql, lead_log, outage, recovery, tools
         from teams import services as team_services
+
+        tools.registry_check()  # the Team tools are the wire contract's (steerboard_protocol.tools)
 
         outage.install_log_filter()  # no traceback per request while the database is away
         # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,

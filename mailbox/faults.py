@@ -13,7 +13,7 @@ Two kinds:
 """
 import threading
 
-from agents.crash import CrashPoints
+from steerboard_protocol.crash import CrashPoints
 
 
 class TemporaryDeliveryError(Exception):
@@ -51,5 +51,5 @@ def inject(point: str) -> None:
 
 def crash_point(name: str) -> None:
     """End the process here when ``STEERBOARD_CRASH_AT`` names this point (the module's docstring;
-    the counting is agents/crash.py's, shared with the SDK's own crash points)."""
+    the counting is sdk/steerboard_protocol/crash.py's, shared with the SDK's own crash points)."""
     _crashes.reached(name)

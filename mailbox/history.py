@@ -4,16 +4,16 @@ Entries are written by the writer's EntryJob (mailbox/hot_path.py), folded
 by (member, entry id). By convention each entry of a turn
 carries the turn's ``turn_id``; a ``turn_start`` opens a turn and a ``turn_end``
 closes it, and a human prompt's turn opens with the ``prompt`` entry that names
-it. Which turn an entry is in is the one rule of agents/history_turns.py, which
+it. Which turn an entry is in is the one rule of sdk/steerboard_protocol/turns.py, which
 the dashboard's timeline (frontend/selectors.py) and the session's cold-resume
-(agents/resume.py) follow too; the questions below are about one turn.
+(sdk/steerboard_agents/resume.py) follow too; the questions below are about one turn.
 """
 from collections.abc import Iterable
 
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from agents.history_turns import HistoryTurns, named_turn
+from steerboard_protocol.turns import HistoryTurns, named_turn
 from mailbox.models import EntryKind, HistoryEntry
 from teams.models import Member
 

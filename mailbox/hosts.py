@@ -1,4 +1,4 @@
-"""The hosts: the processes that start agent sessions for a team (agents/host.py).
+"""The hosts: the processes that start agent sessions for a team (sdk/steerboard_agents/host.py).
 
 A member with no session is started by asking the team's connected hosts
 (``host.start`` on the team's host group) with a fresh start token, to

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
+from steerboard_protocol.tools import TEAM_TOOLS
 
 from mailbox import faults, hosts, hot_path, idempotency, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
@@ -281,3 +282,15 @@ def validation_summary(exc) -> str:
         where = ".".join(str(p) for p in err.get("loc", ())) or "body"
         parts.append(f"{where}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
+
+
+def registry_check() -> None:
+    """At start (mailbox/apps.py): the registry offers exactly the wire contract's tools,
+    the names the SDK knows (steerboard_protocol.tools), or the server does not run."""
+    if set(TOOLS) != set(TEAM_TOOLS):
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"mailbox/tools.py offers {sorted(set(TOOLS) - set(TEAM_TOOLS))} beyond steerboard_protocol.tools and "
+            f"lacks {sorted(set(TEAM_TOOLS) - set(TOOLS))}: a tool is added to both (docs/code.md, \"Adding a tool\")"
+        )

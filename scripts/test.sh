@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine: installs what it needs, starts the
-# services it needs, then runs pytest twice: on the embedded default (SQLite +
+# The whole test suite, on a fresh machine: installs what it needs (the Python packages
+# only into the project's .venv), starts the services it needs, then runs pytest twice: on the embedded default (SQLite +
 # in-memory channel layer) and on PostgreSQL + Redis. Extra arguments go to
 # pytest (e.g. `bash scripts/test.sh -k mailbox`). STEERBOARD_BACKENDS picks
 # the runs: "embedded postgres" (default), or one of them.
@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*"; }
 
-log "python packages"
-python3 -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location\|Running pip as the 'root'" || true
+log "python packages: requirements.lock and the agent SDK in the project's .venv (scripts/setup.sh)"
+bash scripts/setup.sh
+python="$(pwd)/${STEERBOARD_VENV:-.venv}/bin/python"
 
 if ! command -v chromium >/dev/null 2>&1; then
   log "installing Debian's chromium for the browser tests"
@@ -73,13 +74,13 @@ for backend in $backends; do
   case "$backend" in
     embedded)
       log "test suite on the embedded default (SQLite + in-memory channel layer)"
-      env -u DATABASE_URL -u REDIS_URL python3 -m pytest "${workers[@]}" "$@" || status=$?
+      env -u DATABASE_URL -u REDIS_URL "$python" -m pytest "${workers[@]}" "$@" || status=$?
       ;;
     postgres)
       log "test suite on PostgreSQL + Redis (channels_redis)"
       DATABASE_URL=${STEERBOARD_PG_URL:-postgres://postgres@127.0.0.1:5432/steerboard} \
       REDIS_URL=${STEERBOARD_REDIS_URL:-redis://127.0.0.1:6379/0} \
-        python3 -m pytest "${workers[@]}" "$@" || status=$?
+        "$python" -m pytest "${workers[@]}" "$@" || status=$?
       ;;
     *) echo "unknown backend $backend" >&2; exit 2 ;;
   esac

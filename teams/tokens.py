@@ -7,7 +7,7 @@ A member token's lifecycle (docs/operations.md, "Token lifecycle"):
   or retiring the member);
 - *start* tokens are minted for a host's ``start`` frame. A member has at most
   one: the next start for the member revokes the earlier one (the host hands
-  the new token to the session it runs, agents/host.py), so host reconnects and
+  the new token to the session it runs, sdk/steerboard_agents/host.py), so host reconnects and
   repeated starts never pile up live tokens.
 
 Revoking deletes the token's row and writes it down in ``RevokedToken`` for an hour

@@ -12,11 +12,13 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounts", "agents", "config", "delegation", "frontend", "mailbox", "teams")
+PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "frontend", "mailbox", "teams")
 
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "sdk":  # the SDK's distribution folder: its package is the import name
+        parts.pop(0)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -168,3 +170,50 @@ def test_no_import_circle_among_project_modules():
     if found:
         print(report)
     assert not found, "import circles among project modules:\n" + report
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded to top-level packages: an edge where any module of one
+    imports any module of another (docs/code.md, "Imports")."""
+    folded: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        package = module.split(".")[0]
+        folded.setdefault(package, set()).update(
+            name.split(".")[0] for name in imported if name.split(".")[0] != package
+        )
+    return folded
+
+
+# Which package may import which (docs/code.md, "Imports"): the SDK nothing of the server; teams
+# (the roster and the board) and accounts (people) nothing of the mailbox, A2A or the dashboard;
+# the mailbox nothing of the transports above it.
+SERVER = {"accounts", "config", "delegation", "frontend", "mailbox", "teams"}
+MAY_NOT_IMPORT = {
+    "steerboard_protocol": SERVER | {"steerboard_agents"},
+    "steerboard_agents": SERVER,
+    "teams": {"accounts", "delegation", "frontend", "mailbox"},
+    "accounts": {"delegation", "frontend", "mailbox"},
+    "mailbox": {"delegation", "frontend"},
+}
+
+
+def test_no_import_circle_among_packages_and_no_layer_broken():
+    graph = import_graph()
+    packages = package_graph(graph)
+    assert {"mailbox", "teams", "steerboard_agents"} <= set(packages)
+    found = cycles(packages)
+    assert not found, "import circles among packages: " + "; ".join(" -> ".join(each["circle"]) for each in found)
+    broken = [
+        f"{module} imports {name}"
+        for module, imported in sorted(graph.items())
+        for name in sorted(imported)
+        if name.split(".")[0] in MAY_NOT_IMPORT.get(module.split(".")[0], ())
+    ]
+    assert not broken, "layer rules broken (docs/code.md, \"Imports\"):\n" + "\n".join(broken)
+
+
+def test_the_protocol_package_imports_nothing_of_either_side():
+    graph = import_graph()
+    protocol = {m: deps for m, deps in graph.items() if m.startswith("steerboard_protocol")}
+    assert protocol, "sdk/steerboard_protocol is not read"
+    assert all(dep.startswith("steerboard_protocol") for deps in protocol.values() for dep in deps), protocol

@@ -1,5 +1,5 @@
-"""A model class from outside ``agents/``, for ``python -m agents run --model tests.agents.cli_model:Shout``."""
-from agents.model import ModelReply, StepContext
+"""A model class from outside ``sdk/steerboard_agents/``, for ``python -m steerboard_agents run --model tests.agents.cli_model:Shout``."""
+from steerboard_agents.model import ModelReply, StepContext
 
 
 class Shout:

@@ -1,5 +1,5 @@
 """Running the keyless team against real daphne processes: the host and the Lead's
-session as real ``python -m agents`` processes, read back over the wire."""
+session as real ``python -m steerboard_agents`` processes, read back over the wire."""
 import json
 import os
 import signal
@@ -16,13 +16,13 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
 class AgentProcess:
-    """``python -m agents host|run`` as a child process with its own log file."""
+    """``python -m steerboard_agents host|run`` as a child process with its own log file."""
 
     def __init__(self, environment, command: str, server_url: str, token: str, model: str = "keyless", name: str = "",
                  extra: tuple[str, ...] = (), env: dict[str, str] | None = None):
         self.environment = environment
         self.extra_env = env or {}
-        self.args = [sys.executable, "-m", "agents", command, "--server", server_url, "--token", token,
+        self.args = [sys.executable, "-m", "steerboard_agents", command, "--server", server_url, "--token", token,
                      "--model", model, "--max-backoff", "0.5", "-v", *extra]
         self.log_path = environment.tmp_path / f"agents-{name or command}-{time.monotonic_ns()}.log"
         self.proc: subprocess.Popen | None = None

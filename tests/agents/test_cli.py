@@ -1,4 +1,4 @@
-"""``python -m agents``: the token, the model and the -v output, on real processes."""
+"""``python -m steerboard_agents``: the token, the model and the -v output, on real processes."""
 import os
 import subprocess
 import sys
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 def agents(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k != "STEERBOARD_TOKEN"} | (env or {})
     return subprocess.run(
-        [sys.executable, "-m", "agents", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "steerboard_agents", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
     )
 
 
@@ -72,7 +72,7 @@ def test_run_takes_any_model_class_and_v_shows_the_sessions_events(live_env, dap
     log = Path(live_env.tmp_path) / "run.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agents", "run", "--server", daphne_server.url, "--model", "tests.agents.cli_model:Shout",
+            [sys.executable, "-m", "steerboard_agents", "run", "--server", daphne_server.url, "--model", "tests.agents.cli_model:Shout",
              "--max-backoff", "0.5", "-v"],
             cwd=ROOT, env={**live_env.env, "STEERBOARD_TOKEN": team.lead_token}, stdout=out, stderr=subprocess.STDOUT,
         )

@@ -1,4 +1,4 @@
-"""agents/crash.py: the hard kills at known points that the SDK (agents/client.py) and the server
+"""sdk/steerboard_protocol/crash.py: the hard kills at known points that the SDK (sdk/steerboard_agents/client.py) and the server
 (mailbox/faults.py) share, each reading its own environment variable."""
 import subprocess
 import sys
@@ -6,7 +6,7 @@ import sys
 from tests.support.live import ROOT
 
 _SCRIPT = (
-    "from agents.crash import CrashPoints\n"
+    "from steerboard_protocol.crash import CrashPoints\n"
     "points = CrashPoints('CRASH_AT', exit_code_env='CRASH_CODE')\n"
     "for point in ['a', 'b', 'a', 'b', 'b']:\n"
     "    points.reached(point)\n"

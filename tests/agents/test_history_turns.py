@@ -1,7 +1,7 @@
-"""agents/history_turns.py: the one rule for which turn each history entry is in."""
+"""sdk/steerboard_protocol/turns.py: the one rule for which turn each history entry is in."""
 import pytest
 
-from agents.history_turns import HistoryTurns
+from steerboard_protocol.turns import HistoryTurns
 
 
 def placed(*entries: tuple) -> list[tuple[str, bool]]:

@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from agents import EchoModel, Host
+from steerboard_agents import EchoModel, Host
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 

@@ -4,8 +4,8 @@ request and reconnect, and the state file keeps it (issue 12, item 11)."""
 import asyncio
 import json
 
-from agents import EchoModel, Host
-from agents.session import AgentSession
+from steerboard_agents import EchoModel, Host
+from steerboard_agents.session import AgentSession
 
 
 async def test_a_repeated_start_hands_its_new_token_to_the_running_session(tmp_path):

@@ -1,4 +1,4 @@
-"""agents/ speaks only the wire contract: it runs where no Django is installed."""
+"""sdk/steerboard_agents/ speaks only the wire contract: it runs where no Django is installed."""
 import ast
 import subprocess
 import sys
@@ -11,7 +11,7 @@ SERVER_PACKAGES = {"django", "channels", "rest_framework", "teams", "mailbox", "
 
 def test_importing_agents_loads_no_django_and_no_server_app():
     code = (
-        "import sys, agents, agents.__main__, agents.keyless; "
+        "import sys, steerboard_agents, steerboard_agents.__main__, steerboard_agents.keyless; "
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(SERVER_PACKAGES)!r})))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
@@ -21,7 +21,7 @@ def test_importing_agents_loads_no_django_and_no_server_app():
 
 
 def test_no_module_in_agents_imports_a_server_package():
-    for path in Path(ROOT, "agents").rglob("*.py"):
+    for path in Path(ROOT, "sdk", "steerboard_agents").rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = []

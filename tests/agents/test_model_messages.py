@@ -1,6 +1,6 @@
 """A member's history as each vendor's messages, and each vendor's answer as a ModelReply.
 
-The histories are the SDK's own entries (agents/turns.py writes them so); the messages are
+The histories are the SDK's own entries (sdk/steerboard_agents/turns.py writes them so); the messages are
 checked against the vendors' ordering rules as the fake vendors check every request
 (tests/support/fake_models.py), and the answers are built by the vendors' SDK types from
 the JSON their APIs send.
@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from agents import anthropic_messages, openai_chat
-from agents.model import StepContext, Usage
-from agents.transcript import wire_id
-from agents.turns import LOCAL_TOOL_SPECS
+from steerboard_agents import anthropic_messages, openai_chat
+from steerboard_agents.model import StepContext, Usage
+from steerboard_agents.transcript import wire_id
+from steerboard_agents.turns import LOCAL_TOOL_SPECS
 from tests.support.fake_models import anthropic_problems, openai_problems
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32  # call ids as the session makes them

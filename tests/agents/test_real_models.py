@@ -1,4 +1,4 @@
-"""A team on real models, without a network: ``python -m agents host --model lead=openai:... --model
+"""A team on real models, without a network: ``python -m steerboard_agents host --model lead=openai:... --model
 '*=openai:...'`` (and the same on anthropic:) as a real process, against a real daphne and a local
 fake of the vendor's API (tests/support/fake_models.py) that the vendor's own SDK talks to over HTTP.
 
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from agents import AgentSession, ModelReply, StepContext, ToolCall
-from agents.model import Usage
+from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
+from steerboard_agents.model import Usage
 from tests.agents.support import AgentProcess, Team
 from tests.agents.test_session_folding import until
 from tests.support.fake_models import Fail, FakeVendor, Reply, Tokens

@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from agents.anthropic_messages import AnthropicMessagesModel
-from agents.keyless import KeylessModel
-from agents.model import EchoModel
-from agents.openai_chat import OpenAIChatModel
-from agents.registry import VendorOptions, model_factory, models_choose
+from steerboard_agents.anthropic_messages import AnthropicMessagesModel
+from steerboard_agents.keyless import KeylessModel
+from steerboard_agents.model import EchoModel
+from steerboard_agents.openai_chat import OpenAIChatModel
+from steerboard_agents.registry import VendorOptions, model_factory, models_choose
 from tests.support.live import ROOT
 
 
@@ -91,13 +91,13 @@ WITHOUT_SDKS = "import sys; sys.modules['openai'] = None; sys.modules['anthropic
 
 def test_agents_runs_without_the_vendors_sdks_and_names_the_extra_when_one_is_chosen():
     imported = subprocess.run(
-        [sys.executable, "-c", WITHOUT_SDKS + "import agents, agents.__main__, agents.registry; print('ok')"],
+        [sys.executable, "-c", WITHOUT_SDKS + "import steerboard_agents, steerboard_agents.__main__, steerboard_agents.registry; print('ok')"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert imported.returncode == 0 and imported.stdout.strip() == "ok", imported.stderr
     for vendor in ("openai", "anthropic"):
-        run = (WITHOUT_SDKS + "import runpy; sys.argv = ['agents', 'run', '--server', 'http://127.0.0.1:9', "
-               f"'--model', '{vendor}:some-model']; runpy.run_module('agents', run_name='__main__')")
+        run = (WITHOUT_SDKS + "import runpy; sys.argv = ['steerboard_agents', 'run', '--server', 'http://127.0.0.1:9', "
+               f"'--model', '{vendor}:some-model']; runpy.run_module('steerboard_agents', run_name='__main__')")
         chosen = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=60,
                                 env={"PATH": "/usr/bin:/bin", "STEERBOARD_TOKEN": "x"})
         assert chosen.returncode == 2, chosen.stderr
@@ -105,7 +105,7 @@ def test_agents_runs_without_the_vendors_sdks_and_names_the_extra_when_one_is_ch
 
 
 def test_importing_agents_loads_neither_vendor_sdk():
-    code = "import sys, agents, agents.__main__; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
+    code = "import sys, steerboard_agents, steerboard_agents.__main__; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

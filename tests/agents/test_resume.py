@@ -1,5 +1,5 @@
-"""agents/resume.py: what a new session continues from, read from a member's history alone."""
-from agents.resume import HeldMessage, OpenTurn, resume_point
+"""sdk/steerboard_agents/resume.py: what a new session continues from, read from a member's history alone."""
+from steerboard_agents.resume import HeldMessage, OpenTurn, resume_point
 
 
 def message(entry_id: str, message_id: str, seq: int, team: str = "t") -> dict:

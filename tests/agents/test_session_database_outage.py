@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from agents import AgentSession, ModelReply, StepContext, ToolCall
+from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from agents import AgentSession, ModelReply, StepContext
+from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]

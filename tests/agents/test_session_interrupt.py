@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from agents import AgentSession, ModelReply, StepContext
+from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.agents.test_session_folding import GatedModel, until
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agents import AgentSession, ModelReply, StepContext
+from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.support.live import DaphneProcess
 

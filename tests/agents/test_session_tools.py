@@ -13,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
 
-from agents import AgentSession, ModelReply, ServerClient, StepContext, ToolCall
+from steerboard_agents import AgentSession, ModelReply, ServerClient, StepContext, ToolCall
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 

@@ -1,5 +1,5 @@
 """The keyless Agent Teams profile, end to end: a real daphne process, the real
-host and the Lead's session as ``python -m agents`` processes."""
+host and the Lead's session as ``python -m steerboard_agents`` processes."""
 import pytest
 
 from tests.agents.support import Team, normalise, snapshot_compare

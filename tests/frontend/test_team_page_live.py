@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 def session_of(agents, server, host, start):
     """Connect the session the host was asked to start. A start re-sent meanwhile (the
     first went stale after REDELIVER_AFTER, 2 s here, on a loaded machine) revoked the
-    earlier token and carries the live one, which agents/host.py would hand over: use it."""
+    earlier token and carries the live one, which sdk/steerboard_agents/host.py would hand over: use it."""
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -2,11 +2,11 @@
 
 The three readers of turns (the dashboard's timeline, the server's questions
 about one turn, the session's cold-resume) follow one rule
-(agents/history_turns.py): on one history they must place every entry alike.
+(sdk/steerboard_protocol/turns.py): on one history they must place every entry alike.
 """
 import pytest
 
-from agents.resume import resume_point
+from steerboard_agents.resume import resume_point
 from frontend.selectors import timeline_build
 from mailbox import history
 from mailbox.models import EntryKind, HistoryEntry

@@ -61,3 +61,16 @@ def test_the_openapi_schema_documents_the_nine_tools_from_the_same_models(client
         arguments = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
         assert set(arguments.get("properties", {})) == set(tool["input_schema"].get("properties", {}))
         assert operation["security"] == [{"memberBearer": []}]
+
+
+def test_the_registry_offers_exactly_the_protocols_tools_or_the_server_does_not_start(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+    from steerboard_protocol.tools import TEAM_TOOLS
+
+    from mailbox import tools
+
+    assert set(tools.TOOLS) == set(TEAM_TOOLS)
+    tools.registry_check()
+    monkeypatch.delitem(tools.TOOLS, "list_agents")  # a tool left out of the registry, on purpose
+    with pytest.raises(ImproperlyConfigured, match="lacks \\['list_agents'\\]"):
+        tools.registry_check()

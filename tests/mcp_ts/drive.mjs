@@ -59,7 +59,7 @@ try {
   const sent = await ok(lead, "send_message", { target: "implementer", message: "Start on task-1.", idempotency_key: "go" });
   assert.equal(sent.status, "accepted"); // the implementer's session is connected (the test holds it)
   const agents = await ok(lead, "list_agents", {});
-  assert.ok(agents.agents.some((a) => a.name === "implementer"));
+  assert.ok(steerboard_agents.agents.some((a) => a.name === "implementer"));
   const interrupted = await ok(lead, "interrupt_agent", { target: "implementer" });
   assert.equal(typeof interrupted.previous_status, "string");
   const task1 = await ok(lead, "team_task_create", { subject: "Parser", description: "Write the parser." });

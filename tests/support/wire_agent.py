@@ -1,4 +1,4 @@
-"""End-to-end helpers over the real wire: the scripted session (agents.wire_agent),
+"""End-to-end helpers over the real wire: the scripted session (steerboard_agents.wire_agent),
 a REST send, a bounded wait, and a scripted host."""
 import asyncio
 import contextlib
@@ -8,7 +8,7 @@ import time
 import httpx
 import websockets
 
-from agents.wire_agent import WireAgent  # noqa: F401  (the tests' scripted session)
+from steerboard_agents.wire_agent import WireAgent  # noqa: F401  (the tests' scripted session)
 
 
 async def send_message(client: httpx.AsyncClient, base_url: str, token: str, target: str, content: str) -> dict:

@@ -11,13 +11,13 @@ each step, so a person sees the messages and the task board move.
 
 Each run creates a new team ``demo-<time>``; ``--team NAME`` uses that team
 instead, and when it exists runs the workflow again in it (a ``[next round]``
-prompt: agents/keyless.py). The demo operator ``demo`` is created once per
+prompt: sdk/steerboard_agents/keyless.py). The demo operator ``demo`` is created once per
 database with a random password printed that once; later runs keep it (and
 every browser signed in with it), ``--password`` sets a new one.
 
 ``--model`` runs the team on a real model instead (``openai:<model>``,
 ``anthropic:<model>``, per member as ``lead=...``; repeatable, as ``python -m
-agents host --model``): the host gets the same values, the vendors' keys and
+steerboard_agents host --model``): the host gets the same values, the vendors' keys and
 endpoints come from the environment (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``,
 ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``), and the kickoff prompt spells
 the workflow out, since a real model has no script: spawn a researcher and an
@@ -56,7 +56,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from accounts.tokens import operator_token_create
-from agents.registry import NAMES, member_and_name, models_choose
+from steerboard_agents.registry import NAMES, member_and_name, models_choose
 from mailbox.api.permissions import is_operator
 from teams.errors import TeamError
 from teams.models import Member, Role, Team
@@ -65,7 +65,7 @@ from teams.services import member_token_create, team_create, team_host_token_rep
 ROOT = Path(settings.BASE_DIR)
 OPERATOR = "demo"
 KICKOFF = "Run the team workflow: spawn the researcher and the implementer and report when both tasks are done."
-# agents/keyless.py: a prompt with this marker runs the workflow again with the teammates already there.
+# sdk/steerboard_agents/keyless.py: a prompt with this marker runs the workflow again with the teammates already there.
 KICKOFF_AGAIN = "[next round] Run the team workflow again: the researcher and the implementer take a new task each."
 # A real model has no script: its kickoff says what the keyless Lead knows by heart.
 REAL_KICKOFF = (
@@ -118,7 +118,7 @@ class Command(BaseCommand):
             "--model",
             action="append",
             metavar="[MEMBER=]NAME",
-            help=f"run the team on this model, as python -m agents host --model does: {NAMES}; MEMBER=NAME for "
+            help=f"run the team on this model, as python -m steerboard_agents host --model does: {NAMES}; MEMBER=NAME for "
             "one member; repeatable (default: the keyless scripted team). The vendors' keys and endpoints come from "
             "OPENAI_API_KEY / OPENAI_BASE_URL and ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL",
         )
@@ -189,7 +189,7 @@ class Command(BaseCommand):
         self._spawn("daphne", [*daphne, *timeouts, "config.asgi:application"], logs)
         self._wait_ready(server, timeout=60)
         # -v: host.log tells each session's steers, turns and entries as they happen.
-        host = [sys.executable, "-m", "agents", "host", "--server", server, "-v"]
+        host = [sys.executable, "-m", "steerboard_agents", "host", "--server", server, "-v"]
         if models:
             self._say(f"Starting the team host (models: {', '.join(models)}) ...")
             host += [arg for value in models for arg in ("--model", value)]

@@ -23,22 +23,11 @@ from typing import Any
 
 import httpx
 
-from agents.crash import CrashPoints
+from steerboard_protocol.crash import CrashPoints
+from steerboard_protocol.tools import KEYED_TOOLS, TEAM_TOOLS
 
 log = logging.getLogger(__name__)
 
-KEYED_TOOLS = {"send_message", "team_task_create"}
-TEAM_TOOLS = (
-    "spawn_teammate",
-    "send_message",
-    "list_agents",
-    "wait_agent",
-    "interrupt_agent",
-    "team_task_create",
-    "team_task_list",
-    "team_task_get",
-    "team_task_update",
-)
 
 
 _crashes = CrashPoints("STEERBOARD_AGENTS_CRASH_AT")
@@ -49,7 +38,7 @@ def crash_point(tool: str) -> None:
     ``STEERBOARD_AGENTS_CRASH_AT=<tool>`` or ``<tool>:N`` in its environment the
     process ends at once (``os._exit``, as ``kill -9``: every session it runs goes
     with it) when the Nth successful answer to that tool arrives, before the
-    session writes the result to its history (agents/crash.py)."""
+    session writes the result to its history (sdk/steerboard_protocol/crash.py)."""
     _crashes.reached(tool)
 
 

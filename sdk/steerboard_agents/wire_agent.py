@@ -11,7 +11,7 @@ next server in its list) whenever the connection drops. It records when each
 message was first steered, when its entry was sent and when it was
 acknowledged (``first_seen``, ``entry_sent_at``, ``acked_at``: monotonic
 times), which is what the benchmarks measure. A real agent wants
-``agents.AgentSession`` (turns, tools, resume).
+``steerboard_agents.AgentSession`` (turns, tools, resume).
 """
 import asyncio
 import contextlib

@@ -1,11 +1,11 @@
 """The turn runner: one session's turns, each a loop of steps.
 
 A step is a model call, then its tool calls in order, then the step boundary,
-where the messages steered in during the step (agents/inbox.py) enter the
+where the messages steered in during the step (sdk/steerboard_agents/inbox.py) enter the
 conversation in ``seq`` order. A reply without tool calls ends the turn.
 
 - What starts a turn: a turn the history left open (cold-resume,
-  agents/resume.py) goes first, then a waiting human prompt (always its own
+  sdk/steerboard_agents/resume.py) goes first, then a waiting human prompt (always its own
   turn, cause ``prompt``), then steered messages (cause ``steer``).
 - ``interrupt()`` ends the running turn at its next wait (``turn_end`` reason
   ``interrupted``); the inbox is kept for the next turn.
@@ -38,10 +38,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from agents.client import TEAM_TOOLS, ServerClient, ToolError
-from agents.inbox import Inbox
-from agents.model import Model, ModelError, ModelReply, StepContext
-from agents.resume import OpenTurn, ResumePoint
+from steerboard_agents.client import ServerClient, ToolError
+from steerboard_protocol.tools import TEAM_TOOLS
+from steerboard_agents.inbox import Inbox
+from steerboard_agents.model import Model, ModelError, ModelReply, StepContext
+from steerboard_agents.resume import OpenTurn, ResumePoint
 
 log = logging.getLogger(__name__)
 

@@ -5,16 +5,16 @@ first) and returns, without any I/O, what the session restores: the team
 messages the conversation already holds (so folding knows them and the inbox
 knows where ``seq`` stands), the prompts that already had their turn (so a
 prompt pushed again is not run again), and the turn the history left
-unfinished, if any, with its entries (agents/history_turns.py says which
-entries are in which turn, and which turn is open). agents/session.py applies
-it; agents/turns.py continues the open turn.
+unfinished, if any, with its entries (sdk/steerboard_protocol/turns.py says which
+entries are in which turn, and which turn is open). sdk/steerboard_agents/session.py applies
+it; sdk/steerboard_agents/turns.py continues the open turn.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from agents.history_turns import HistoryTurns
+from steerboard_protocol.turns import HistoryTurns
 
 
 class HeldMessage(NamedTuple):

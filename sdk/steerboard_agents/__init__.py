@@ -8,11 +8,11 @@ websocket), inbox.py (steered messages), outbox.py (entries until
 acknowledged), turns.py (the turn runner) and resume.py (cold-resume from the
 history); docs/agents.md, "How the session is built".
 """
-from agents.client import ServerClient, ToolError
-from agents.host import Host
-from agents.model import EchoModel, Model, ModelError, ModelReply, StepContext, ToolCall, Usage
-from agents.registry import model_factory
-from agents.session import AgentSession
+from steerboard_agents.client import ServerClient, ToolError
+from steerboard_agents.host import Host
+from steerboard_agents.model import EchoModel, Model, ModelError, ModelReply, StepContext, ToolCall, Usage
+from steerboard_agents.registry import model_factory
+from steerboard_agents.session import AgentSession
 
 __all__ = [
     "AgentSession",

@@ -1,11 +1,11 @@
 """The ``anthropic`` model: Anthropic's Messages API with tools, on the official ``anthropic`` SDK.
 
-``python -m agents host --model anthropic:<model>`` runs a member on it; the
+``python -m steerboard_agents host --model anthropic:<model>`` runs a member on it; the
 key and the endpoint come from ``--anthropic-api-key`` / ``--anthropic-base-url``
 or the SDK's own variables ``ANTHROPIC_API_KEY`` (or ``ANTHROPIC_AUTH_TOKEN``)
 and ``ANTHROPIC_BASE_URL``.
 
-Each step sends the whole conversation (agents/transcript.py) under the
+Each step sends the whole conversation (sdk/steerboard_agents/transcript.py) under the
 Messages API's rules: the team policy is ``system``; ``messages`` alternate
 ``user`` and ``assistant`` strictly and start with ``user``. A model reply is
 an ``assistant`` message: its text block, then a ``tool_use`` block per call
@@ -36,8 +36,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
-from agents.transcript import Answer, system_prompt, transcript
+from steerboard_agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
+from steerboard_agents.transcript import Answer, system_prompt, transcript
 
 EXTRA = "anthropic"
 DEFAULT_MAX_RETRIES = 4

@@ -6,9 +6,9 @@ then the step boundary comes (steered messages enter), then the next step. A
 reply without tool calls ends the turn.
 
 Two models ship here: ``echo`` (answers what it was told, counting its inputs
-across the whole history) and, in ``agents.keyless``, the keyless scripted
+across the whole history) and, in ``steerboard_agents.keyless``, the keyless scripted
 Agent Teams profile. Neither needs a key or a network. The adapters for real
-models are ``agents.openai_chat`` and ``agents.anthropic_messages``.
+models are ``steerboard_agents.openai_chat`` and ``steerboard_agents.anthropic_messages``.
 
 A reply may carry the vendor's ``usage`` (tokens in and out, the model's
 name); the turn runner records it on the first entry the reply produced. A
@@ -81,7 +81,7 @@ class StepContext:
     ``step`` say where the session is; ``tools`` lists the tool names it may call,
     ``tool_specs`` the same tools as ``{"name", "description", "input_schema"}``
     (the Team tools' from ``GET /api/v1/tools``, ``await_message``'s from
-    agents/turns.py) for a model that offers them to an LLM; ``instructions`` is
+    sdk/steerboard_agents/turns.py) for a model that offers them to an LLM; ``instructions`` is
     the team policy the server serves, when it serves one.
     """
 

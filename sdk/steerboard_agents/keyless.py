@@ -41,7 +41,7 @@ import asyncio
 import dataclasses
 import re
 
-from agents.model import INPUT_KINDS, ModelReply, StepContext, ToolCall
+from steerboard_agents.model import INPUT_KINDS, ModelReply, StepContext, ToolCall
 
 WORKFLOW_OK = "TEAM_WORKFLOW_OK"
 NEXT_ROUND = "[next round]"

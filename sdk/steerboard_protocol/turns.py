@@ -1,7 +1,7 @@
 """Which turn each entry of a member's session history belongs to: the one rule.
 
 Every reader of a history that needs turns places its entries with
-``HistoryTurns`` (oldest first): the session's cold-resume (agents/resume.py),
+``HistoryTurns`` (oldest first): the session's cold-resume (sdk/steerboard_agents/resume.py),
 the dashboard's timeline (frontend/selectors.py), a message's trace and a
 delegated task's turn (mailbox/history.py). The rule:
 

@@ -1,13 +1,13 @@
-"""Command line: python -m agents host|run.
+"""Command line: python -m steerboard_agents host|run.
 
     export STEERBOARD_TOKEN=HOST_TOKEN     # or a member token for run
-    python -m agents host --server http://127.0.0.1:8000 --model keyless
-    python -m agents run  --server http://127.0.0.1:8000 --model keyless|echo|openai:MODEL|anthropic:MODEL|package.module:Class
-    python -m agents host --server ... --model lead=anthropic:MODEL --model '*=openai:MODEL'
+    python -m steerboard_agents host --server http://127.0.0.1:8000 --model keyless
+    python -m steerboard_agents run  --server http://127.0.0.1:8000 --model keyless|echo|openai:MODEL|anthropic:MODEL|package.module:Class
+    python -m steerboard_agents host --server ... --model lead=anthropic:MODEL --model '*=openai:MODEL'
 
 The token comes from STEERBOARD_TOKEN: a token given with --token is in the
 process's command line, which every user of the machine can read (ps). So do
-the vendors' keys: OPENAI_API_KEY, ANTHROPIC_API_KEY (agents/registry.py).
+the vendors' keys: OPENAI_API_KEY, ANTHROPIC_API_KEY (sdk/steerboard_agents/registry.py).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import os
 import signal
 import sys
 
-from agents.host import Host, HostRefused
-from agents.registry import NAMES, VendorOptions, model_check, models_choose
-from agents.session import AgentSession, SessionRefused
+from steerboard_agents.host import Host, HostRefused
+from steerboard_agents.registry import NAMES, VendorOptions, model_check, models_choose
+from steerboard_agents.session import AgentSession, SessionRefused
 
 TOKEN_ENV = "STEERBOARD_TOKEN"
 
@@ -47,7 +47,7 @@ def _count(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents", description=DESCRIPTION, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="python -m steerboard_agents", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("host", "run the team's host: start sessions the server asks for"),
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 def _factory(args, parser: argparse.ArgumentParser):
     """The members' models, built now: a missing key or a clash is a usage error before anything runs."""
     if args.step_delay < 0:
-        raise SystemExit("python -m agents: --step-delay cannot be negative")
+        raise SystemExit("python -m steerboard_agents: --step-delay cannot be negative")
     options = VendorOptions(
         openai_base_url=args.openai_base_url,
         openai_api_key=args.openai_api_key,
@@ -122,7 +122,7 @@ def _factory(args, parser: argparse.ArgumentParser):
     try:
         return choice.paced(args.step_delay)
     except ValueError as exc:
-        raise SystemExit(f"python -m agents: {exc}")
+        raise SystemExit(f"python -m steerboard_agents: {exc}")
 
 
 async def _main(args, factory) -> int:

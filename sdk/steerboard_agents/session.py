@@ -2,21 +2,21 @@
 
 It speaks ``/ws/agent/`` (hello, status, entries, tool calls; steer, prompt,
 interrupt, ack, tool results, errors) and calls the nine Team tools over that
-websocket while it is connected, over REST otherwise (agents.client). The
+websocket while it is connected, over REST otherwise (steerboard_agents.client). The
 session composes the pieces and dispatches the server's frames to them:
 
-- agents/connection.py: the reconnecting websocket (the token read again
+- sdk/steerboard_agents/connection.py: the reconnecting websocket (the token read again
   before each attempt, backoff up to ``max_backoff``).
-- agents/inbox.py: steered messages until a step boundary lets them in
+- sdk/steerboard_agents/inbox.py: steered messages until a step boundary lets them in
   (``seq`` order, folding, replays). A steer for a message already in the
   conversation is folded and its entry reported again (the server folds it
   too, and records ``delivered`` if it had not).
-- agents/outbox.py: every entry reported and acknowledged before the session
+- sdk/steerboard_agents/outbox.py: every entry reported and acknowledged before the session
   goes on, so what the conversation holds is durable; unacknowledged entries
   are resent after a reconnect (their ids make a resend harmless).
-- agents/turns.py: the turn runner (model call -> tool calls -> step boundary;
+- sdk/steerboard_agents/turns.py: the turn runner (model call -> tool calls -> step boundary;
   prompts, interrupt, the session-local ``await_message``).
-- agents/resume.py: cold-resume. With ``resume=True`` the session first reads
+- sdk/steerboard_agents/resume.py: cold-resume. With ``resume=True`` the session first reads
   its durable history (GET /api/v1/session/history); resume.py says what it
   holds and the session continues from it, in the middle of a turn if it died
   in one.
@@ -34,13 +34,13 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
-from agents.client import ServerClient, SocketTools, ToolError
-from agents.connection import run_reconnecting, ws_url
-from agents.inbox import Inbox
-from agents.model import Model
-from agents.outbox import Outbox
-from agents.resume import resume_point
-from agents.turns import Turns
+from steerboard_agents.client import ServerClient, SocketTools, ToolError
+from steerboard_agents.connection import run_reconnecting, ws_url
+from steerboard_agents.inbox import Inbox
+from steerboard_agents.model import Model
+from steerboard_agents.outbox import Outbox
+from steerboard_agents.resume import resume_point
+from steerboard_agents.turns import Turns
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ class AgentSession:
 
     # --- reporting -----------------------------------------------------------------------------
     async def record(self, entry: dict) -> None:
-        """Add an entry to the conversation and wait until the server holds it (for agents/turns.py)."""
+        """Add an entry to the conversation and wait until the server holds it (for sdk/steerboard_agents/turns.py)."""
         self.entries.append(entry)
         await self._send_entry(entry)
 
@@ -304,7 +304,7 @@ class AgentSession:
         return await self._outbox.report(entry)
 
     async def status_set(self, status: str) -> None:
-        """Report ``running`` or ``idle`` (for agents/turns.py)."""
+        """Report ``running`` or ``idle`` (for sdk/steerboard_agents/turns.py)."""
         self.status = status
         if status == "idle":
             self.idle.set()

@@ -1,12 +1,12 @@
 """The ``openai`` model: OpenAI's chat completions with tools, on the official ``openai`` SDK.
 
 The same API is spoken by OpenAI and by every compatible server: vLLM, Ollama,
-llama.cpp's server, LM Studio, DeepSeek. ``python -m agents host --model
+llama.cpp's server, LM Studio, DeepSeek. ``python -m steerboard_agents host --model
 openai:<model>`` runs a member on it; the endpoint and the key come from
 ``--openai-base-url`` / ``--openai-api-key`` or the SDK's own variables
 ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``.
 
-Each step sends the whole conversation (agents/transcript.py) as chat
+Each step sends the whole conversation (sdk/steerboard_agents/transcript.py) as chat
 messages: the team policy as the ``system`` message; each input as a ``user``
 message (consecutive inputs in one, for servers whose chat templates insist
 that roles alternate); each model reply as an ``assistant`` message with its
@@ -37,8 +37,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
-from agents.transcript import Answer, system_prompt, transcript
+from steerboard_agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
+from steerboard_agents.transcript import Answer, system_prompt, transcript
 
 EXTRA = "openai"
 DEFAULT_MAX_RETRIES = 4

@@ -1,7 +1,7 @@
 """The conversation a chat model is shown: a member's history read as inputs and answers.
 
 One reading of the history entries (docs/agents.md, "History entries") for
-every chat-model adapter (agents/openai_chat.py, agents/anthropic_messages.py);
+every chat-model adapter (sdk/steerboard_agents/openai_chat.py, sdk/steerboard_agents/anthropic_messages.py);
 each adapter only spells the result in its vendor's message format.
 
 - An input is a ``user_message`` (a team message, with its sender and id) or
@@ -29,7 +29,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from agents.model import INPUT_KINDS, StepContext
+from steerboard_agents.model import INPUT_KINDS, StepContext
 
 NO_RESULT = {"code": "NO_RESULT", "message": "The history holds no result for this call: the session stopped before it finished."}
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")

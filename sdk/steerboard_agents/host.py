@@ -25,9 +25,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.connection import run_reconnecting, ws_url
-from agents.model import Model
-from agents.session import AgentSession, SessionRefused
+from steerboard_agents.connection import run_reconnecting, ws_url
+from steerboard_agents.model import Model
+from steerboard_agents.session import AgentSession, SessionRefused
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import logging
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 
-from agents.client import ToolError
+from steerboard_agents.client import ToolError
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
-"""The models a host or ``python -m agents run --model NAME`` can name.
+"""The models a host or ``python -m steerboard_agents run --model NAME`` can name.
 
-Kept apart from agents/model.py (the interface) so that model.py imports no
+Kept apart from sdk/steerboard_agents/model.py (the interface) so that model.py imports no
 model: the keyless model imports the interface, and this module imports both.
 
 A name is ``keyless``, ``echo``, ``openai:<model>``, ``anthropic:<model>``
-(a vendor's model through its SDK: agents/openai_chat.py,
-agents/anthropic_messages.py) or ``package.module:Class``; the vendors'
+(a vendor's model through its SDK: sdk/steerboard_agents/openai_chat.py,
+sdk/steerboard_agents/anthropic_messages.py) or ``package.module:Class``; the vendors'
 prefixes are read first, so ``openai:llama3.1:8b`` is a model name, not a
 module. ``models_choose`` takes several, one per member (``lead=anthropic:...``)
 and a default for everyone else (a bare name, or ``*=NAME``).
@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agents import anthropic_messages, openai_chat
-from agents.keyless import KeylessModel
-from agents.model import EchoModel, Model
+from steerboard_agents import anthropic_messages, openai_chat
+from steerboard_agents.keyless import KeylessModel
+from steerboard_agents.model import EchoModel, Model
 
 VENDORS = {"openai": openai_chat, "anthropic": anthropic_messages}
 NAMES = "keyless, echo, openai:MODEL, anthropic:MODEL or package.module:Class"
