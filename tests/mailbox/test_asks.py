@@ -249,3 +249,29 @@ async def test_an_ask_of_another_team_is_not_found(api):
     ask_id = await ask(api, team["lead"], question="mine")
     response = await api.http.post(f"/api/v1/teams/beta/asks/{ask_id}/answer", json={"answer": "x"}, headers=ops)
     assert response.status_code == 404 and response.json()["error"]["code"] == "NOT_FOUND"
+
+
+async def test_the_openapi_document_and_the_tool_list_have_ask_human_and_the_asks_endpoints(api):
+    viewer = await person("viewer", False)
+    tools = (await api.http.get("/api/v1/tools")).json()
+    [tool] = [t for t in tools if t["name"] == "ask_human"]
+    assert set(tool["input_schema"]["properties"]) == {"question", "kind", "options", "context", "expires_in_s"}
+    schema = (await api.http.get("/api/schema/?format=json", headers=viewer)).json()
+    assert "/api/v1/tools/ask_human" in schema["paths"]
+    assert "/api/v1/teams/{team}/asks" in schema["paths"]
+    assert "post" in schema["paths"]["/api/v1/teams/{team}/asks/{ask_id}/answer"]
+
+
+async def test_a_session_asks_with_a_tool_frame_on_its_own_websocket(api):
+    team = await team_new()
+    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
+    await impl.connect("running")
+    await impl.send({"type": "tool", "id": "ask-1", "name": "ask_human",
+                     "arguments": {"question": "Which port?", "options": ["80", "443"]}})
+    result = await impl.expect("tool_result")
+    assert result["id"] == "ask-1" and result["result"]["state"] == "pending"
+    assert (await ask_row(result["result"]["ask_id"])).options == ["80", "443"]
+    await impl.send({"type": "tool", "id": "ask-2", "name": "ask_human", "arguments": {"question": ""}})
+    refused = await impl.expect("tool_result")
+    assert refused["id"] == "ask-2" and refused["error"]["code"] == "VALIDATION_ERROR"
+    await impl.close()
