@@ -286,6 +286,14 @@ def pending_asks_for(member: Member):
     return HumanAsk.objects.filter(member=member, state=AskState.PENDING).order_by("created_at", "id")
 
 
+def pending_asks_by_member(member_ids) -> dict[int, list[HumanAsk]]:
+    """``pending_asks_for`` of several members in one query: member id -> its pending asks, oldest first."""
+    found: dict[int, list[HumanAsk]] = {}
+    for ask in HumanAsk.objects.filter(member_id__in=list(member_ids), state=AskState.PENDING).order_by("created_at", "id"):
+        found.setdefault(ask.member_id, []).append(ask)
+    return found
+
+
 def asks_of(*, team: Team, state: str | None = None, limit: int = 200) -> list[HumanAsk]:
     """A team's asks, oldest first (pending ones are what needs an answer), optionally in one state."""
     asks = HumanAsk.objects.filter(team=team).select_related("member")
