@@ -275,3 +275,37 @@ async def test_a_session_asks_with_a_tool_frame_on_its_own_websocket(api):
     refused = await impl.expect("tool_result")
     assert refused["id"] == "ask-2" and refused["error"]["code"] == "VALIDATION_ERROR"
     await impl.close()
+
+
+async def test_a_polling_session_reads_the_answer_with_its_ask_and_reporting_it_delivers_it(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "impl")
+    ops = await person("ops", True)
+    ask_id = await ask(api, impl, question="Tabs or spaces?", options=["tabs", "spaces"])
+    assert (await answer(api, ops, ask_id, decision="spaces")).status_code == 200
+    headers = {"Authorization": f"Bearer {impl}"}
+    [message] = (await api.http.get("/api/v1/inbox", headers=headers)).json()["messages"]
+    assert (message["kind"], message["ask_id"], message["decision"], message["answered_by"]) == (
+        "human_answer", ask_id, "spaces", "ops")
+    entry = {"id": "polled-answer", "kind": "user_message", "text": message["content"],
+             "source": {"kind": "human-answer", "message_id": message["id"], "ask_id": ask_id}}
+    acked = await api.http.post("/api/v1/session/entries", json={"entry": entry}, headers=headers)
+    assert acked.status_code == 200 and acked.json()["acks"] == [{"entry_id": "polled-answer", "folded": False}]
+    assert (await database_sync_to_async(TeamMessage.objects.get)(pk=message["id"])).state == "delivered"
+
+
+async def test_an_mcp_inbox_read_records_the_answer_with_the_human_answer_source(api):
+    from mailbox import inbox
+    from teams.models import Member
+
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "impl")
+    ops = await person("ops", True)
+    member = await database_sync_to_async(Member.objects.get)(team__name="alpha", name="impl")
+    ask_id = (await database_sync_to_async(asks.ask_create)(member=member, question="Now?", options=[])).id
+    assert (await answer(api, ops, ask_id, answer="later")).status_code == 200
+    page = await inbox.inbox_take(member=member, after_seq=0, limit=10)
+    assert [m["state"] for m in page["messages"]] == ["delivered"]
+    stored = await database_sync_to_async(HistoryEntry.objects.get)(member=member)
+    assert (stored.data["source"]["kind"], stored.data["source"]["ask_id"]) == ("human-answer", ask_id)
+    assert stored.data["source"]["answered_by"] == "ops"
