@@ -74,7 +74,7 @@ def ask_answer(
     """An operator's answer: the first one wins (409 ``ASK_NOT_PENDING`` for the rest, and for an
     ask past its deadline, which is answered "expired" instead)."""
     ask = selectors.ask_get(team_id=team_id, ask_id=ask_id)
-    decision = _decision_checked(ask, decision=decision, answer=answer, comment=comment)
+    decision = _decision_checked(ask, decision=decision, answer=answer)
     if ask.state == AskState.PENDING and ask.expires_at is not None and ask.expires_at <= timezone.now():
         _ended(ask, decision=EXPIRED, answer="", comment="", by="", kind=LogKind.ASK_EXPIRED)
         ask.refresh_from_db()
@@ -91,12 +91,15 @@ def ask_answer(
     return ask
 
 
-def _decision_checked(ask: HumanAsk, *, decision: str | None, answer: str, comment: str) -> str:
+def _decision_checked(ask: HumanAsk, *, decision: str | None, answer: str) -> str:
+    """The answer's decision: one of the ask's options, or none when it is answered in words."""
     options = list(ask.options or [])
     if decision:
         if decision not in options:
-            offered = f"one of {', '.join(map(repr, options))}" if options else "none: this ask has no options, answer it in words"
-            raise TeamError(ErrorCode.ASK_INVALID_DECISION, f"decision {decision!r} is not an option of this ask; it takes {offered}.")
+            offered = f"one of {', '.join(map(repr, options))}" if options else "none (answer it in words)"
+            raise TeamError(
+                ErrorCode.ASK_INVALID_DECISION, f"decision {decision!r} is not an option of this ask; it takes {offered}."
+            )
         return decision
     if not (answer or "").strip():
         raise TeamError(
@@ -134,7 +137,7 @@ def _ended(ask: HumanAsk, *, decision: str, answer: str, comment: str, by: str, 
     not pending any more (someone else's answer, or the expiry, committed first)."""
     member = ask.member
     now = timezone.now()
-    state = AskState.EXPIRED if decision == EXPIRED and kind == LogKind.ASK_EXPIRED else AskState.ANSWERED
+    state = AskState.EXPIRED if kind == LogKind.ASK_EXPIRED else AskState.ANSWERED
     with transaction.atomic():
         won = HumanAsk.objects.filter(pk=ask.pk, state=AskState.PENDING)
         if state == AskState.ANSWERED:  # past its deadline it is the expiry's, whether swept yet or not
