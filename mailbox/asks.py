@@ -25,7 +25,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from mailbox import delivery, events, hot_path, lead_log, selectors
-from mailbox.models import AskKind, AskState, HumanAsk, LeadLogRecord, LogKind, MessageKind
+from mailbox.models import TARGET_REFUSING_PHASES, AskKind, AskState, HumanAsk, LeadLogRecord, LogKind, MessageKind
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
 
@@ -111,13 +111,19 @@ def _decision_checked(ask: HumanAsk, *, decision: str | None, answer: str) -> st
 
 def asks_expire(*, limit: int = 100) -> int:
     """The sweeper's: every pending ask past its deadline is answered "expired" (each on its own,
-    so one that cannot be answered does not hold up the rest). How many were expired."""
+    so one that cannot be answered does not hold up the rest), and the asks of members retired
+    meanwhile end. How many were expired."""
     now = timezone.now()
+    # A retired (or never started) asker takes no messages: its asks end, with nobody to tell.
+    gone = HumanAsk.objects.filter(state=AskState.PENDING, member__phase__in=TARGET_REFUSING_PHASES)
+    for team_id in set(gone.values_list("team_id", flat=True)):
+        events.dashboard_notify(team_id, "ask")
+    ended = gone.update(state=AskState.EXPIRED, answered_at=now, decision=EXPIRED)
     due = list(
         HumanAsk.objects.filter(state=AskState.PENDING, expires_at__isnull=False, expires_at__lte=now)
         .select_related("member").order_by("expires_at")[:limit]
     )
-    expired = 0
+    expired = ended
     for ask in due:
         try:
             expired += _ended(ask, decision=EXPIRED, answer="", comment="", by="", kind=LogKind.ASK_EXPIRED)

@@ -309,3 +309,18 @@ async def test_an_mcp_inbox_read_records_the_answer_with_the_human_answer_source
     stored = await database_sync_to_async(HistoryEntry.objects.get)(member=member)
     assert (stored.data["source"]["kind"], stored.data["source"]["ask_id"]) == ("human-answer", ask_id)
     assert stored.data["source"]["answered_by"] == "ops"
+
+
+async def test_a_retired_askers_pending_asks_end_at_the_next_sweep_and_leave_needs_attention(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "impl")
+    ops = await person("ops", True)
+    ask_id = await ask(api, impl, question="Still there?")
+    retired = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=ops)
+    assert retired.status_code == 200, retired.text
+    await database_sync_to_async(recovery.recovery_pass)()
+    row = await ask_row(ask_id)
+    assert (row.state, row.decision, row.answer_message_id) == ("expired", "expired", None)
+    assert (await answer(api, ops, ask_id, answer="yes")).status_code == 409
+    snapshot = (await api.http.get("/teams/alpha/snapshot.json", headers=ops)).json()
+    assert [i for i in snapshot["attention"]["items"] if i["kind"] == "ask"] == []
