@@ -311,6 +311,8 @@ STEERBOARD = {
     "MAX_PENDING_PER_TARGET": _env_limit("STEERBOARD_MAX_PENDING_PER_TARGET", 64),
     # Human prompts (dashboard, operator API, A2A) waiting for one member's turn.
     "MAX_QUEUED_PROMPTS_PER_MEMBER": _env_limit("STEERBOARD_MAX_QUEUED_PROMPTS_PER_MEMBER", 64),
+    # ask_human questions one member may have waiting for a person at once (mailbox/asks.py).
+    "MAX_PENDING_ASKS_PER_MEMBER": _env_limit("STEERBOARD_MAX_PENDING_ASKS_PER_MEMBER", 16),
     "MAX_MEMBERS_PER_TEAM": _env_limit("STEERBOARD_MAX_MEMBERS_PER_TEAM", 8),
     "MAX_TASKS_PER_TEAM": _env_limit("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
     # wait_agent calls one member may have waiting at once in one server process.

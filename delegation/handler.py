@@ -66,6 +66,7 @@ STATES = {
     TaskState.COMPLETED: pb.TASK_STATE_COMPLETED,
     TaskState.FAILED: pb.TASK_STATE_FAILED,
     TaskState.CANCELED: pb.TASK_STATE_CANCELED,
+    tasks.INPUT_REQUIRED: pb.TASK_STATE_INPUT_REQUIRED,  # its member waits for a person's answer (ask_human)
 }
 STATE_NAMES = {v: k for k, v in STATES.items()}
 
@@ -244,11 +245,15 @@ class MemberRequestHandler(RequestHandler):
     async def _send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
         member, caller = _who(context)
         message = params.message
-        if message.task_id:
-            raise InvalidParamsError(
-                message="Each message is a task of its own: send a follow-up with the same contextId, not a taskId."
-            )
         text = "\n\n".join(part.text for part in message.parts if part.text)
+        if message.task_id:  # the answer to the question a task waits on (INPUT_REQUIRED), and nothing else
+            def answer(*, task_id: str) -> TaskView:
+                return tasks.task_answer(
+                    task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member), caller=caller, content=text
+                )
+
+            return await _db(context, answer, task_id=message.task_id)
+
         task = await _db(
             context, tasks.task_send, member=member, caller=caller, content=text,
             context_id=message.context_id or str(uuid.uuid4()), message_id=message.message_id,

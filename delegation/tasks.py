@@ -10,6 +10,10 @@ The database is the truth, so any server process answers for any task:
 | its turn ended ``done``                             | COMPLETED, the turn's last assistant text the artifact |
 | its turn ended ``error``; its member failed to start or was retired | FAILED, with the reason |
 | withdrawn while waiting, or its turn ``interrupted`` | CANCELED    |
+| its turn runs, and its member asked a person (``ask_human``) in it and waits | INPUT_REQUIRED, the question the status message |
+
+INPUT_REQUIRED is read, never kept: the ask's answer (an operator's, or the caller's
+own next message on the task: ``task_answer``) puts the task back to WORKING.
 
 A final state is written on the task row the first time it is read (with the
 answer and tool results), so it stays what it was however the history grows
@@ -25,7 +29,8 @@ of a hundred tasks pays for none).
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import events, history, queue_adapter
+from mailbox import asks, events, history, queue_adapter
+from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind
 
 from django.contrib.auth import get_user_model
@@ -41,6 +46,9 @@ log = logging.getLogger(__name__)
 MAX_CONTENT = 65536
 MAX_CONTEXT_ID = DelegatedTask._meta.get_field("context_id").max_length
 MAX_MESSAGE_ID = DelegatedTask._meta.get_field("message_id").max_length
+# A working task whose member waits for a person's answer to an ask made in the task's turn
+# (mailbox/asks.py). Derived on every read and never stored, so it is no TaskState of the row.
+INPUT_REQUIRED = "input_required"
 
 
 @dataclass
@@ -60,6 +68,7 @@ class TaskView:
     tool_results: list[dict] = field(default_factory=list)
     updated_at: datetime | None = None
     started_at: datetime | None = None  # when its turn started, if it did
+    ask_id: str = ""  # INPUT_REQUIRED: the ask its member waits on
 
     @property
     def final(self) -> bool:
@@ -168,7 +177,18 @@ def task_views(tasks: list[TaskRow]) -> list[TaskView]:
     those not final are looked up together."""
     waiting = [t for t in tasks if t.state not in FINAL_STATES]
     starts = history.prompt_turn_starts((t.member_id, t.prompt_id) for t in waiting)
-    return [_view(t, starts.get((t.member_id, t.prompt_id))) for t in tasks]
+    views = [_view(t, starts.get((t.member_id, t.prompt_id))) for t in tasks]
+    working = {t.member_id for t, v in zip(tasks, views) if v.state == TaskState.WORKING}
+    if working:
+        pending = mailbox_selectors.pending_asks_by_member(working)
+        for task, view in zip(tasks, views):
+            if view.state != TaskState.WORKING:
+                continue
+            # The member runs one turn at a time: an ask made since this task's turn started is this task's.
+            ask = next((a for a in pending.get(task.member_id, ()) if a.created_at >= view.started_at), None)
+            if ask is not None:
+                view.state, view.reason, view.ask_id, view.updated_at = INPUT_REQUIRED, ask.question, ask.id, ask.created_at
+    return views
 
 
 def tasks_by_id(task_ids: list[str]) -> list[TaskView]:
@@ -263,6 +283,30 @@ def _tool_results(task: TaskRow, started) -> list[dict]:
     rows = history.turn_after(started, kinds=[EntryKind.TOOL_RESULT])[:100]
     keys = ("tool", "call_id", "result", "error")
     return [{k: r.data[k] for k in keys if r.data.get(k) is not None} for r in rows]
+
+
+def task_answer(*, task: TaskRow, caller: Caller, content: str) -> TaskView:
+    """The caller's message on a task that is INPUT_REQUIRED: it answers the ask its member
+    waits on (mailbox/asks.py, as an operator's answer would: the first answer wins), a
+    decision when the text is one of the ask's options, else in words. Refused on a task
+    that waits for nothing."""
+    view = task_read(task)
+    if view.state != INPUT_REQUIRED:
+        raise TeamError(
+            ErrorCode.VALIDATION_ERROR,
+            f"The task is {view.state}, not waiting for input: send a follow-up with the same contextId, "
+            "not a taskId.",
+        )
+    text = content.strip()
+    if not text:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "message.parts: the message has no text part.")
+    ask = mailbox_selectors.ask_get(team_id=Member.objects.get(pk=task.member_id).team_id, ask_id=view.ask_id)
+    by = get_user_model().objects.get(pk=caller.user_id).get_username()
+    if text in (ask.options or []):
+        asks.ask_answer(team_id=ask.team_id, ask_id=ask.id, decision=text, by=by)
+    else:
+        asks.ask_answer(team_id=ask.team_id, ask_id=ask.id, answer=content[: asks.MAX_ANSWER_CHARS], by=by)
+    return task_read(task_row(task.id))
 
 
 def task_cancel(*, task: TaskRow) -> TaskView:

@@ -1,8 +1,10 @@
 """Needs attention: what an operator should look at first (docs/dashboard.md, "Needs attention").
 
-Three kinds of item, each with how long it has been so, the last real error and
+Five kinds of item, each with how long it has been so, the last real error and
 what can be done:
 
+- ``ask``: a member's ``ask_human`` waiting for a person's answer (mailbox/asks.py), from
+  the moment it is asked. Asks head the list, oldest first: someone is waiting on a person;
 - ``message``: queued or accepted for longer than ``ATTENTION_AFTER`` seconds
   (default ``REDELIVER_AFTER``), counted from when it entered that state;
 - ``member``: failed to start, or unreachable: no session, no host connected to
@@ -20,13 +22,15 @@ target, read through the (state, queued_at) index), its queued prompts, its rost
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
+from mailbox import selectors as mailbox_selectors
 from mailbox import usage
+from frontend.markdown import markdown_html
 from mailbox.models import (
-    PENDING_STATES, HostPresence, HumanPrompt, LeadLogRecord, LogKind, MemberUsage, MessageState, PromptState,
-    TeamMessage,
+    PENDING_STATES, AskState, HostPresence, HumanAsk, HumanPrompt, LeadLogRecord, LogKind, MemberUsage, MessageState,
+    PromptState, TeamMessage,
 )
 from teams.models import Member, Phase, Status, Team, status_of
 from teams.wire_format import iso
@@ -174,7 +178,24 @@ def team_attention(*, team: Team) -> dict:
                 "error": usage.exhausted_text(budget),
             }
         )
-    items.sort(key=lambda i: (i["kind"] != "budget", -i["seconds"]))
+    for ask in mailbox_selectors.asks_of(team=team, state=AskState.PENDING, limit=ITEM_WINDOW):
+        items.append(
+            {
+                "kind": "ask",
+                "ask_id": ask.id,
+                "member": ask.member.name,
+                "ask_kind": ask.kind,
+                "question": ask.question,
+                "options": list(ask.options or []),
+                "context_html": markdown_html(ask.context) if ask.context else "",
+                "expires_at": iso(ask.expires_at) if ask.expires_at else None,
+                "since": iso(ask.created_at),
+                "seconds": round((now - ask.created_at).total_seconds(), 1),
+                "error": "",
+            }
+        )
+    # Asks first (a member waits on a person), oldest first; then a used-up budget; then the rest.
+    items.sort(key=lambda i: ({"ask": 0, "budget": 1}.get(i["kind"], 2), -i["seconds"]))
     return {
         "threshold": threshold(),
         "count": len(items),
@@ -230,6 +251,9 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     for team_id, pk, phase, session_state in members:
         if member_reason(phase=phase, status=status_of(phase, session_state), waited_for=pk in waiting_for, has_host=team_id in hosted):
             counts[team_id] += 1
+    asks = HumanAsk.objects.filter(team_id__in=team_ids, state=AskState.PENDING).values("team_id").annotate(n=Count("pk"))
+    for row in asks:
+        counts[row["team_id"]] += row["n"]  # the asks the team page heads its list with
     for team_id in usage.teams_exhausted(team_ids=team_ids):
         counts[team_id] += 1  # the budget item the team page heads its list with
     return counts

@@ -17,7 +17,10 @@ from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import db, usage
 from mailbox import selectors as mailbox_selectors
-from mailbox.models import COUNTED_STATES, EntryKind, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.models import (
+    COUNTED_STATES, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState, PromptState,
+    TeamMessage,
+)
 from teams import selectors as team_selectors
 from teams.models import Member, Status, Task, TaskStatus, Team
 from teams.wire_format import iso
@@ -97,6 +100,9 @@ def entry_view(row: HistoryEntry, sources: "EntrySources") -> dict:
         out["sender"] = found[0] if found else None
         if found:
             out["message_kind"] = found[1]
+            ask = sources.answers.get(row.message_id)
+            if ask is not None:  # a person's answer to this member's ask_human, from the ask's row
+                out["ask"] = ask
     if row.kind == EntryKind.PROMPT:
         if row.prompt_id:
             out["prompt_id"] = row.prompt_id
@@ -121,9 +127,19 @@ class EntrySources:
         self.messages: dict[tuple[int, str], tuple[str, str]] = {}
         self.prompts: dict[tuple[int, str], str] = {}
         self.a2a_tasks: dict[tuple[int, str], str] = {}
+        self.answers: dict[str, dict] = {}  # answer message id -> the ask it answers
         if message_ids:
             found = TeamMessage.objects.filter(pk__in=message_ids).values_list("pk", "target_id", "sender__name", "kind")
             self.messages = {(target, pk): (sender, kind) for pk, target, sender, kind in found}
+            answers = [pk for (_, pk), (_, kind) in self.messages.items() if kind == MessageKind.HUMAN_ANSWER]
+            if answers:
+                asks = HumanAsk.objects.filter(answer_message_id__in=answers).values_list(
+                    "answer_message_id", "id", "question", "decision", "answered_by"
+                )
+                self.answers = {
+                    mid: {"id": pk, "question": question, "decision": decision or None, "answered_by": by or None}
+                    for mid, pk, question, decision, by in asks
+                }
         if prompt_ids:
             username = f"author__{get_user_model().USERNAME_FIELD}"
             found = HumanPrompt.objects.filter(pk__in=prompt_ids).values_list("pk", "target_id", username, "a2a_task__id")
@@ -244,6 +260,7 @@ def _team_snapshot(*, team: Team) -> dict:
         .order_by("created_at")[:PROMPT_WINDOW]
     )
     roster = list(team_selectors.member_list(team_id=team.pk))
+    asks = mailbox_selectors.asks_of(team=team, state=AskState.PENDING, limit=PROMPT_WINDOW)
     per_member = usage.team_usage(team_id=team.pk)
     histories = {}
     for member in roster:
@@ -270,6 +287,8 @@ def _team_snapshot(*, team: Team) -> dict:
                 "timeline": turns,
                 "timeline_partial": len(rows) == HISTORY_WINDOW,
                 "prompts": [mailbox_selectors.prompt_out(p) for p in prompts if p.target_id == member.pk],
+                # What the member waits for a person on (mailbox/asks.py), oldest first.
+                "asks": [mailbox_selectors.ask_out(a) for a in asks if a.member_id == member.pk],
             }
         )
     tasks, next_cursor = team_selectors.task_list(team_id=team.pk, limit=TASK_WINDOW)

@@ -61,7 +61,7 @@ from django.utils import timezone
 
 from mailbox import events, faults, hosts, lead_log, selectors, usage, wire
 from mailbox.lead_log import accepted_record, cancelled_record, failed_record, retried_record
-from mailbox.models import PENDING_STATES, LogKind, MessageState, TeamMessage
+from mailbox.models import PENDING_STATES, LogKind, MessageKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 
@@ -69,11 +69,15 @@ log = logging.getLogger(__name__)
 
 
 def steer_of(message: TeamMessage, *, target_name: str) -> dict:
-    """The message as a ``steer`` frame carries it (docs/protocol.md)."""
-    return wire.steer_message(
+    """The message as a ``steer`` frame carries it (docs/protocol.md); a person's answer to an
+    ask also names the ask, the decision, the answer and who gave it (mailbox/asks.py)."""
+    steer = wire.steer_message(
         id=message.id, sender=message.sender.name, target=target_name, content=message.content, seq=message.seq,
         created_at=message.created_at, thread_id=message.thread_id, kind=message.kind,
     )
+    if message.kind == MessageKind.HUMAN_ANSWER:
+        steer.update(selectors.human_answer_of(message.id))
+    return steer
 
 
 # --- 1. a send: what is refused (mailbox/hot_path.py stores it) --------------------------

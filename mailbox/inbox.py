@@ -8,15 +8,21 @@ import json
 
 from mailbox import hot_path, quota, selectors, wire
 from mailbox.db import to_db_thread
-from mailbox.models import MessageState
+from mailbox.models import MessageKind, MessageState
 from teams.errors import TeamError
 
 
 def inbox_read(*, member, after_seq: int, limit: int) -> dict:
+    """A page of the member's messages; a person's answer to its ask (``human_answer``) also
+    names the ask, the decision, the answer and who gave it, as its steer frame does."""
     messages, next_cursor = selectors.inbox_page(member=member, after_seq=after_seq, limit=limit)
+    out = [selectors.message_out(m) for m in messages]
+    for message in out:
+        if message["kind"] == MessageKind.HUMAN_ANSWER:
+            message.update(selectors.human_answer_of(message["id"]))
     return {
         "member": member.name,
-        "messages": [selectors.message_out(m) for m in messages],
+        "messages": out,
         "next_cursor": next_cursor,
         "last_seq": messages[-1].seq if messages else after_seq,
     }
@@ -63,7 +69,7 @@ async def inbox_take(*, member, after_seq: int, limit: int) -> dict:
                 "id": f"mcp-inbox-{message['id']}",
                 "kind": "user_message",
                 "text": message["content"],
-                "source": {"kind": wire.TEAM_MESSAGE_SOURCE, "message_id": message["id"], "sender": message["sender"]},
+                "source": _source_of(message),
             }
         )
         for message in taken
@@ -78,3 +84,13 @@ async def inbox_take(*, member, after_seq: int, limit: int) -> dict:
         fresh = {m.id: selectors.message_out(m) for m in now}
         page["messages"] = [fresh.get(m["id"], m) for m in page["messages"]]
     return page
+
+
+def _source_of(message: dict) -> dict:
+    """The source an MCP inbox read records a message with: a person's answer to an ask is
+    recorded as the SDK records it (``human-answer``, with the ask and the decision)."""
+    source = {"kind": wire.TEAM_MESSAGE_SOURCE, "message_id": message["id"], "sender": message["sender"]}
+    if message.get("ask_id"):
+        source.update(kind=wire.HUMAN_ANSWER_SOURCE, ask_id=message["ask_id"], decision=message.get("decision"),
+                      answered_by=message.get("answered_by"))
+    return source

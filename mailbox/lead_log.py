@@ -34,6 +34,10 @@ MESSAGE_FIELDS: dict[str, tuple[str, ...]] = {
     LogKind.MESSAGE_RETRIED: ("target", "seq", "state", "by"),
     LogKind.MESSAGE_DELIVERED: ("target", "seq"),
     LogKind.MESSAGE_CANCELLED: ("target", "seq", "state", "by"),
+    # The message that carries a person's answer to an ask_human back to its asker (or the
+    # ask's expiry) starts with this record: the ask, its question and the answer.
+    LogKind.ASK_ANSWERED: ("ask_id", "member", "question", "decision", "answered_by"),
+    LogKind.ASK_EXPIRED: ("ask_id", "member", "question", "decision", "answered_by"),
 }
 
 
@@ -73,6 +77,16 @@ def delivered_record(*, target, seq) -> dict:
 def cancelled_record(*, target, seq, state, by) -> dict:
     """An operator (``by``) cancelled the message while it was ``state`` (queued or accepted)."""
     return _record(LogKind.MESSAGE_CANCELLED, target, seq, state, by)
+
+
+def ask_answered_record(*, ask_id, member, question, decision, answered_by) -> dict:
+    """A person (``answered_by``) answered ``member``'s ask; the message carries the answer."""
+    return _record(LogKind.ASK_ANSWERED, ask_id, member, question, decision, answered_by)
+
+
+def ask_expired_record(*, ask_id, member, question, decision, answered_by) -> dict:
+    """Nobody answered ``member``'s ask in time; the message says so (decision ``expired``)."""
+    return _record(LogKind.ASK_EXPIRED, ask_id, member, question, decision, answered_by)
 
 
 # --- the SQL that appends records -----------------------------------------------------------------
@@ -122,6 +136,10 @@ EVENT_KINDS = {
     LogKind.MESSAGE_RETRIED: "retried",
     LogKind.MESSAGE_DELIVERED: "delivered",
     LogKind.MESSAGE_CANCELLED: "cancelled",
+    # A person's answer to an ask_human (mailbox/asks.py), or its expiry: the record names the
+    # message that carries it back to the asker, with the question asked.
+    LogKind.ASK_ANSWERED: "answered",
+    LogKind.ASK_EXPIRED: "expired",
 }
 
 

@@ -1,4 +1,4 @@
-"""The nine Team tools over MCP streamable HTTP, at ``/mcp`` (the official ``mcp`` package).
+"""The ten Team tools over MCP streamable HTTP, at ``/mcp`` (the official ``mcp`` package).
 
 The same registry as REST (mailbox.tools.TOOLS): the same names, descriptions
 and JSON Schemas from the pydantic models, and every call goes through

@@ -16,6 +16,10 @@ def prompt_id_new() -> str:
     return f"prompt-{uuid.uuid4()}"
 
 
+def ask_id_new() -> str:
+    return f"ask-{uuid.uuid4()}"
+
+
 class MessageState(models.TextChoices):
     """A team message's delivery state (mailbox/delivery.py has the transitions)."""
 
@@ -38,6 +42,7 @@ TARGET_REFUSING_PHASES = (Phase.RETIRED, Phase.FAILED)
 class MessageKind(models.TextChoices):
     MESSAGE = "message"  # a member's send_message
     SPAWN_PROMPT = "spawn_prompt"  # the prompt spawn_teammate was given: the teammate's first turn
+    HUMAN_ANSWER = "human_answer"  # a person's answer to the target's own ask_human (mailbox/asks.py)
 
 
 class TeamMessage(models.Model):
@@ -106,6 +111,9 @@ class LogKind(models.TextChoices):
     MESSAGE_RETRIED = "team/message/retried"  # an operator asked for admission again
     MESSAGE_CANCELLED = "team/message/cancelled"  # an operator took it back before it was delivered
     BUDGET = "team/budget"  # an operator set the team's token budget (mailbox/budget.py)
+    ASK_ASKED = "team/ask/asked"  # a member asked a person (ask_human; mailbox/asks.py)
+    ASK_ANSWERED = "team/ask/answered"  # an operator answered it: the record names the answer's message
+    ASK_EXPIRED = "team/ask/expired"  # nobody answered in time: answered "expired" the same way
 
 
 class LeadLogRecord(models.Model):
@@ -267,3 +275,54 @@ class MemberUsage(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["member", "model"], name="usage_one_row_per_member_model")]
+
+
+class AskState(models.TextChoices):
+    """An ask's state: pending until the first answer (or its expiry) wins; both are final."""
+
+    PENDING = "pending"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+
+
+class AskKind(models.TextChoices):
+    QUESTION = "question"
+    APPROVAL = "approval"
+
+
+class HumanAsk(models.Model):
+    """A member's question to a person (the ``ask_human`` tool, mailbox/asks.py).
+
+    Its answer goes back as a team message to the asker (``answer_message``, kind
+    ``human_answer``), stored and delivered by the writer's send job like any other.
+    ``state`` leaves ``pending`` once, by a conditional UPDATE: the first answer (or the
+    expiry) wins.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64, default=ask_id_new, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="asks", db_index=False)  # (team, ...) leads
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="asks", db_index=False)
+    kind = models.CharField(max_length=16, choices=AskKind.choices, default=AskKind.QUESTION)
+    question = models.TextField()
+    options = models.JSONField(default=list, blank=True)
+    context = models.TextField(blank=True, default="")
+    state = models.CharField(max_length=16, choices=AskState.choices, default=AskState.PENDING)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    decision = models.CharField(max_length=64, blank=True, default="")
+    answer = models.TextField(blank=True, default="")
+    comment = models.TextField(blank=True, default="")
+    answered_by = models.CharField(max_length=150, blank=True, default="")
+    answer_message = models.OneToOneField(
+        TeamMessage, null=True, blank=True, on_delete=models.SET_NULL, related_name="ask"
+    )
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["team", "state", "created_at"], name="ask_team_state"),
+            models.Index(fields=["member", "state"], name="ask_member_state"),
+            # The sweeper's expiry: the few pending asks that have a deadline.
+            models.Index(fields=["expires_at"], name="ask_pending_expiry",
+                         condition=Q(state="pending", expires_at__isnull=False)),
+        ]

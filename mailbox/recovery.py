@@ -7,7 +7,8 @@ every ``SWEEP_INTERVAL`` and by ``manage.py sweep``:
 1. ``presence_reap``: the sessions and hosts of processes that stopped beating
    (mailbox/presence.py) are closed and dropped, and their members' undelivered
    messages admitted again at once;
-2. ``messages_recover``: reconcile (a message whose entry is in its target's
+2. ``messages_recover``: answer the ``ask_human`` asks past their deadline
+   (decision ``expired``, mailbox/asks.py), reconcile (a message whose entry is in its target's
    history is marked delivered), admit what is queued, push again what was
    accepted and not delivered for ``REDELIVER_AFTER`` (backing off), and ask
    hosts to start members that wait for a provision or a prompt.
@@ -29,7 +30,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from mailbox import delivery, events, faults, hosts, hot_path, idempotency, outage, presence, selectors, sessions
+from mailbox import asks, delivery, events, faults, hosts, hot_path, idempotency, outage, presence, selectors, sessions
 from mailbox.delivery import target_admit
 from mailbox.models import (
     PENDING_STATES, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
@@ -97,7 +98,9 @@ def _redelivery_due(stale_before) -> set[int]:
 
 
 def messages_recover() -> dict:
-    """One pass of recovery: reconcile, admit what is queued, re-push what is stale."""
+    """One pass of recovery: answer the asks past their deadline ("expired", a message like any
+    answer: mailbox/asks.py), reconcile, admit what is queued, re-push what is stale."""
+    expired = asks.asks_expire()
     reconciled = messages_reconcile()
     stale_before = timezone.now() - timedelta(seconds=settings.STEERBOARD["REDELIVER_AFTER"])
     # Ordered by queued_at, without DISTINCT: both databases then walk the (state,
@@ -117,7 +120,10 @@ def messages_recover() -> dict:
         admitted += len(result.admitted) if result else 0
     provisioned = hosts.members_start_pending()
     resumed = sum(hosts.member_start(member_id=m) for m in selectors.members_awaiting_prompt())
-    return {"reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed}
+    return {
+        "reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed,
+        "asks_expired": expired,
+    }
 
 
 def sessions_ring_again(*, channels: list[str]) -> int:

@@ -4,7 +4,9 @@ from datetime import datetime
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
 from mailbox import usage
-from mailbox.models import COUNTED_STATES, PENDING_STATES, HistoryEntry, HumanPrompt, MessageState, PromptState, TeamMessage
+from mailbox.models import (
+    COUNTED_STATES, PENDING_STATES, AskState, HistoryEntry, HumanAsk, HumanPrompt, MessageState, PromptState, TeamMessage,
+)
 from mailbox.text_match import ContainsAnyCase
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
@@ -279,3 +281,69 @@ def members_mid_turn(*, team_id: int) -> list[int]:
         .filter(last_mark="turn_start")
         .values_list("pk", flat=True)
     )
+
+
+# --- ask_human's asks (mailbox/asks.py writes them) -------------------------------------------
+def pending_asks_for(member: Member):
+    """The asks of ``member`` waiting for a person, oldest first: the one query for "this
+    member has a pending ask" (``.exists()``) and what it asks (``.first()``). An expired ask
+    the sweeper has not reached yet still counts: it is answered, "expired", within a sweep."""
+    return HumanAsk.objects.filter(member=member, state=AskState.PENDING).order_by("created_at", "id")
+
+
+def pending_asks_by_member(member_ids) -> dict[int, list[HumanAsk]]:
+    """``pending_asks_for`` of several members in one query: member id -> its pending asks, oldest first."""
+    found: dict[int, list[HumanAsk]] = {}
+    for ask in HumanAsk.objects.filter(member_id__in=list(member_ids), state=AskState.PENDING).order_by("created_at", "id"):
+        found.setdefault(ask.member_id, []).append(ask)
+    return found
+
+
+def asks_of(*, team: Team, state: str | None = None, limit: int = 200) -> list[HumanAsk]:
+    """A team's asks, oldest first (pending ones are what needs an answer), optionally in one state."""
+    asks = HumanAsk.objects.filter(team=team).select_related("member")
+    if state:
+        asks = asks.filter(state=state)
+    return list(asks.order_by("created_at", "id")[:limit])
+
+
+def ask_get(*, team_id: int, ask_id: str) -> HumanAsk:
+    found = HumanAsk.objects.filter(team_id=team_id, pk=ask_id).select_related("member").first()
+    if found is None:
+        raise TeamError(ErrorCode.NOT_FOUND, f"No ask {ask_id!r} on this team.")
+    return found
+
+
+def ask_out(ask: HumanAsk) -> dict:
+    """An ask as the operator API and the dashboard show it (docs/protocol.md)."""
+    return {
+        "id": ask.id,
+        "member": ask.member.name,
+        "kind": ask.kind,
+        "question": ask.question,
+        "options": list(ask.options or []),
+        "context": ask.context,
+        "state": ask.state,
+        "created_at": iso(ask.created_at),
+        "expires_at": iso(ask.expires_at) if ask.expires_at else None,
+        "answered_at": iso(ask.answered_at) if ask.answered_at else None,
+        "decision": ask.decision or None,
+        "answer": ask.answer or None,
+        "comment": ask.comment or None,
+        "answered_by": ask.answered_by or None,
+        "message_id": ask.answer_message_id,
+    }
+
+
+def human_answer_of(message_id: str) -> dict:
+    """What a ``human_answer`` message's steer frame carries besides the message: the ask it
+    answers, the decision, the answer in words and who gave it (docs/protocol.md)."""
+    ask = HumanAsk.objects.filter(answer_message_id=message_id).first()
+    if ask is None:
+        return {}
+    return {
+        "ask_id": ask.id,
+        "decision": ask.decision or None,
+        "answer": (ask.answer or ask.comment) or None,
+        "answered_by": ask.answered_by or None,
+    }

@@ -1,7 +1,7 @@
-"""The nine Team tools: one registry, dispatched for REST (and any other transport).
+"""The ten Team tools: one registry, dispatched for REST (and any other transport).
 
 Eight tools are roster and task-board operations of ``teams``; ``send_message``
-is the mailbox's. The dispatch sits here because it needs both. Each call runs
+and ``ask_human`` are the mailbox's. The dispatch sits here because it needs both. Each call runs
 one service, which writes its Lead-log record and rings the dashboard's doorbell
 (the roster's and the board's through the Lead log teams/services.py is handed).
 """
@@ -15,7 +15,7 @@ from django.db import transaction
 from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
-from mailbox import faults, hosts, hot_path, idempotency, sessions, usage, waiting
+from mailbox import asks, faults, hosts, hot_path, idempotency, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -129,6 +129,14 @@ def _task_update(member: Member, args: schemas.TaskUpdateArgs) -> dict:
     return _task_view(member, task.public_id)
 
 
+def _ask_human(member: Member, args: schemas.AskHumanArgs) -> dict:
+    ask = asks.ask_create(
+        member=member, question=args.question, kind=args.kind, options=args.options_or_default(),
+        context=args.context, expires_in_s=args.expires_in_s,
+    )
+    return {"ask_id": ask.id, "state": ask.state}
+
+
 # --- wait_agent: the one tool that waits --------------------------------------------------------
 async def _wait_agent(member: Member, args: schemas.WaitAgentArgs) -> dict:
     """Return when another member's status changes, a message reaches the caller or a task
@@ -225,6 +233,19 @@ TOOLS: dict[str, Tool] = {
             S.TaskResult,
             _sync(_task_update),
         ),
+        Tool(
+            "ask_human",
+            "Ask a person (an operator watching the team) a question, or for an approval, and go on at once: "
+            "the answer is {ask_id, state: 'pending'}. The person's answer comes back later as a message to you "
+            "(kind human_answer, naming the ask_id, the decision and who answered) that steers you like any "
+            "message: wait for it with await_message, or keep working and take it when it comes. kind "
+            "'approval' offers the options ['approve', 'deny'] unless you name others; a question may offer "
+            "1-8 options or be answered in words. context (Markdown, at most 64 KiB) is shown beside the "
+            "question. With expires_in_s, an ask nobody answered in time is answered with decision 'expired'.",
+            S.AskHumanArgs,
+            S.AskHumanResult,
+            _sync(_ask_human),
+        ),
     ]
 }
 
@@ -233,7 +254,7 @@ async def tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     """Validate, authorise and run one tool; raise TeamError for every refusal."""
     tool = TOOLS.get(name)
     if tool is None:
-        raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the nine.")
+        raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the ten.")
     if tool.lead_only and not member.is_lead:
         raise TeamError(ErrorCode.LEAD_ONLY, f"{name} is for the Lead only.")
     args = validate_arguments(tool, arguments)

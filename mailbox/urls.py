@@ -40,6 +40,8 @@ urlpatterns = [
     ),
     path("teams/<str:team>/members/<str:member>/retire", member_admin.MemberRetireView.as_view(), name="member-retire"),
     path("teams/<str:team>/prompts", operators.PromptsView.as_view(), name="team-prompts"),
+    path("teams/<str:team>/asks", operators.AsksView.as_view(), name="team-asks"),
+    path("teams/<str:team>/asks/<str:ask_id>/answer", operators.AskAnswerView.as_view(), name="ask-answer"),
     path("teams/<str:team>/budget", operators.TeamBudgetView.as_view(), name="team-budget"),
 ]
 

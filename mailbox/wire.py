@@ -124,8 +124,12 @@ EntryId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 RecordId = Annotated[str, StringConstraints(max_length=64)]
 
 
-# The source kind of an entry that carries a team message (its id folds the entry).
+# The source kind of an entry that carries a team message (its id folds the entry), and of
+# one that carries a person's answer to the member's ask_human (a team message too, of kind
+# human_answer: it also names the ask, the decision and who answered).
 TEAM_MESSAGE_SOURCE = "team-message"
+HUMAN_ANSWER_SOURCE = "human-answer"
+MESSAGE_SOURCES = (TEAM_MESSAGE_SOURCE, HUMAN_ANSWER_SOURCE)
 
 
 class Source(BaseModel):
@@ -170,8 +174,8 @@ class Entry(BaseModel):
 
     @model_validator(mode="after")
     def _team_message_has_id(self) -> "Entry":
-        if self.source and self.source.kind == TEAM_MESSAGE_SOURCE and not self.source.message_id:
-            raise ValueError("a team-message source needs its message_id")
+        if self.source and self.source.kind in MESSAGE_SOURCES and not self.source.message_id:
+            raise ValueError(f"a {self.source.kind} source needs its message_id")
         if self.usage is not None and self.kind not in USAGE_KINDS:
             raise ValueError(f"usage goes on the entry a model reply produced: {' or '.join(USAGE_KINDS)}")
         if self.kind == "prompt" and not self.prompt_id and self.source and self.source.prompt_id:
@@ -182,7 +186,7 @@ class Entry(BaseModel):
     def delivers(self) -> str | None:
         """The team message this entry delivers: a ``user_message`` whose source is that
         message (docs/protocol.md). The one rule the writer and the websocket follow."""
-        if self.kind == "user_message" and self.source is not None and self.source.kind == TEAM_MESSAGE_SOURCE:
+        if self.kind == "user_message" and self.source is not None and self.source.kind in MESSAGE_SOURCES:
             return self.source.message_id
         return None
 
@@ -209,7 +213,7 @@ class EntryFrame(BaseModel):
 
 
 class ToolFrame(BaseModel):
-    """One of the nine Team tools, called over the session's own websocket (REST's
+    """One of the ten Team tools, called over the session's own websocket (REST's
     ``POST /api/v1/tools/<name>`` without a request per call); answered by a
     ``tool_result`` frame with the same ``id``."""
 
@@ -273,7 +277,14 @@ class SteerMessage(BaseModel):
     seq: int = Field(ge=1, description="increases by one per target; a gap means a replay is coming")
     created_at: str = Field(description="ISO 8601 UTC")
     thread_id: str
-    kind: Literal["message", "spawn_prompt"]
+    kind: Literal["message", "spawn_prompt", "human_answer"]
+    ask_id: str | None = Field(None, description="human_answer only: the ask_human this answers")
+    decision: str | None = Field(
+        None, description="human_answer only: the option chosen, 'expired' when nobody answered in time, "
+        "null for an answer in words only"
+    )
+    answer: str | None = Field(None, description="human_answer only: the answer in words, if any")
+    answered_by: str | None = Field(None, description="human_answer only: the person (null when it expired)")
 
 
 def steer_message(

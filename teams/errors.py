@@ -37,6 +37,11 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
     MESSAGE_ALREADY_DELIVERED = "MESSAGE_ALREADY_DELIVERED"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    # ask_human (mailbox/asks.py): an ask already answered or expired (the first answer won);
+    # a decision that is not one of the ask's options; too many asks of one member waiting.
+    ASK_NOT_PENDING = "ASK_NOT_PENDING"
+    ASK_INVALID_DECISION = "ASK_INVALID_DECISION"
+    TOO_MANY_ASKS = "TOO_MANY_ASKS"
     # Never raised as a refusal: why a message or prompt waits (the team's token budget is
     # used up: mailbox/usage.py), in a send's delivery observation, a message's last_error
     # and the dashboard.
@@ -64,6 +69,9 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.TASK_HAS_DEPENDANTS: 409,
     ErrorCode.IDEMPOTENCY_KEY_CONFLICT: 409,
     ErrorCode.MESSAGE_ALREADY_DELIVERED: 409,
+    ErrorCode.ASK_NOT_PENDING: 409,
+    ErrorCode.ASK_INVALID_DECISION: 400,
+    ErrorCode.TOO_MANY_ASKS: 429,
     ErrorCode.TEAM_MESSAGE_TOO_LARGE: 413,
     ErrorCode.TEAM_MAILBOX_FULL: 429,
     ErrorCode.PROMPT_QUEUE_FULL: 429,

@@ -1,4 +1,4 @@
-"""The nine Team tools' arguments and results as pydantic models.
+"""The ten Team tools' arguments and results as pydantic models.
 
 ``GET /api/v1/tools`` is generated from these; nothing here is written twice
 by hand. Arguments forbid unknown fields, so a payload can never smuggle a
@@ -269,3 +269,45 @@ class TaskUpdateArgs(Args):
     blocked_by: TaskIds | None = None
     write_scopes: WriteScopes | None = None
     owner: MemberName | None = None
+
+
+# --- ask_human ---------------------------------------------------------------
+def _context_size(value: str) -> str:
+    if len(value.encode("utf-8")) > 65536:
+        raise ValueError("at most 64 KiB of UTF-8")
+    return value
+
+
+AskOption = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(_not_blank)]
+AskKindLiteral = Literal["question", "approval"]
+# What an approval offers when it names no options of its own.
+APPROVAL_OPTIONS = ("approve", "deny")
+
+
+class AskHumanArgs(Args):
+    question: Annotated[str, StringConstraints(min_length=1, max_length=4000), AfterValidator(_not_blank)] = Field(
+        description="what you ask the person, 1-4000 characters; not blank"
+    )
+    kind: AskKindLiteral = Field(
+        "question", description="'approval': the person decides between options (default ['approve', 'deny'])"
+    )
+    options: Annotated[list[AskOption], Field(min_length=1, max_length=8), AfterValidator(_no_duplicates)] | None = (
+        Field(None, description="1-8 short answers to choose from (each 1-64 characters); the answer's decision is one")
+    )
+    context: Annotated[str, AfterValidator(_context_size)] = Field(
+        "", description="Markdown shown to the person beside the question, at most 64 KiB"
+    )
+    expires_in_s: Annotated[int, Field(ge=60, le=604800)] | None = Field(
+        None, description="seconds until the ask expires unanswered (60-604800); then it is answered with "
+        "decision 'expired'. Without it the ask waits until someone answers"
+    )
+
+    def options_or_default(self) -> list[str]:
+        if self.options:
+            return list(self.options)
+        return list(APPROVAL_OPTIONS) if self.kind == "approval" else []
+
+
+class AskHumanResult(Result):
+    ask_id: str
+    state: Literal["pending"] = "pending"

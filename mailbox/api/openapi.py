@@ -1,4 +1,4 @@
-"""The nine Team tools in the OpenAPI schema (/api/schema/), from the same pydantic models.
+"""The ten Team tools in the OpenAPI schema (/api/schema/), from the same pydantic models.
 
 drf-spectacular documents the DRF views; the tool endpoint is a plain async
 view, so a postprocessing hook adds one operation per tool.

@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.authentication import OperatorTokenAuthentication
-from mailbox import budget, delivery, lead_log, lifecycle, queue_adapter, selectors, usage, wire
+from mailbox import asks, budget, delivery, lead_log, lifecycle, queue_adapter, selectors, usage, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
-from mailbox.models import MessageState
+from mailbox.models import AskState, MessageState
 from teams import selectors as team_selectors
 from teams import services as team_services
 from teams.errors import ErrorCode, TeamError
@@ -282,3 +282,47 @@ class MessageCancelView(_Api):
         message = selectors.message_get(team=self.team(), message_id=message_id)
         delivery.message_cancel(message=message, by=request.user.get_username())
         return Response({"message": selectors.message_out(selectors.message_get(team=self.team(), message_id=message_id))})
+
+
+class AsksIn(serializers.Serializer):
+    state = serializers.ChoiceField(choices=AskState.values, required=False)
+
+
+class AsksView(_Api):
+    @extend_schema(
+        parameters=[OpenApiParameter("state", str, enum=AskState.values)], responses=OpenApiTypes.OBJECT,
+        summary="The team's ask_human questions, oldest first (pending: what waits for a person)",
+        operation_id="team_asks_list",
+    )
+    def get(self, request, team):
+        query = AsksIn(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        found = selectors.asks_of(team=self.team(), state=query.validated_data.get("state"))
+        return Response({"asks": [selectors.ask_out(a) for a in found]})
+
+
+class AskAnswerIn(serializers.Serializer):
+    decision = serializers.CharField(required=False, allow_blank=True, max_length=64)
+    answer = serializers.CharField(required=False, allow_blank=True, max_length=asks.MAX_ANSWER_CHARS,
+                                   trim_whitespace=False)
+    comment = serializers.CharField(required=False, allow_blank=True, max_length=asks.MAX_COMMENT_CHARS,
+                                    trim_whitespace=False)
+
+
+class AskAnswerView(_Api):
+    permission_classes = [CanReadTeam, IsOperator]
+
+    @extend_schema(
+        request=AskAnswerIn, responses=OpenApiTypes.OBJECT,
+        summary="Answer an ask: its decision (one of its options) and/or words; the first answer wins (409 after)",
+        operation_id="team_ask_answer",
+    )
+    def post(self, request, team, ask_id):
+        data = AskAnswerIn(data=_body_dict(request))
+        data.is_valid(raise_exception=True)
+        found = asks.ask_answer(
+            team_id=self.team().pk, ask_id=ask_id, decision=data.validated_data.get("decision") or None,
+            answer=data.validated_data.get("answer", ""), comment=data.validated_data.get("comment", ""),
+            by=request.user.get_username(),
+        )
+        return Response({"ask": selectors.ask_out(found)})

@@ -1,4 +1,4 @@
-"""The nine Team tools over REST, and a member's own history (for cold-resume).
+"""The ten Team tools over REST, and a member's own history (for cold-resume).
 
 Plain async Django views: ``wait_agent`` may wait for an hour, and must not
 hold a worker thread while it does.

@@ -1,4 +1,4 @@
-"""A session's calls to the server: the nine Team tools and the member's own history.
+"""A session's calls to the server: the ten Team tools and the member's own history.
 
 A tool call goes over the session's own websocket (a ``tool`` frame answered
 by a ``tool_result`` frame, ``SocketTools``) while it is connected and the

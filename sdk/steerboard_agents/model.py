@@ -26,7 +26,7 @@ INPUT_KINDS = ("user_message", "prompt")
 
 @dataclass
 class ToolCall:
-    """A call the model asks for: one of the nine Team tools, or a session-local tool."""
+    """A call the model asks for: one of the ten Team tools, or a session-local tool."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)

@@ -34,6 +34,10 @@ class OpenTurn:
     entries: tuple[dict, ...] = field(default=(), compare=False)
 
 
+# The sources of an entry that holds a team message: a member's, or a person's answer to an ask.
+MESSAGE_SOURCES = ("team-message", "human-answer")
+
+
 @dataclass(frozen=True)
 class ResumePoint:
     messages: list[HeldMessage] = field(default_factory=list)
@@ -51,7 +55,7 @@ def resume_point(entries: list[dict]) -> ResumePoint:
     for entry in entries:
         kind = entry.get("kind")
         source = entry.get("source") or {}
-        if kind == "user_message" and source.get("kind") == "team-message":
+        if kind == "user_message" and source.get("kind") in MESSAGE_SOURCES:
             messages.append(HeldMessage(entry, source["message_id"], int(source.get("seq") or 0)))
             team = source.get("team", team)
         if kind == "prompt" and entry.get("prompt_id") is not None:

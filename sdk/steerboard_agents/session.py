@@ -1,7 +1,7 @@
 """AgentSession: one member's agent session over the wire contract.
 
 It speaks ``/ws/agent/`` (hello, status, entries, tool calls; steer, prompt,
-interrupt, ack, tool results, errors) and calls the nine Team tools over that
+interrupt, ack, tool results, errors) and calls the ten Team tools over that
 websocket while it is connected, over REST otherwise (steerboard_agents.client). The
 session composes the pieces and dispatches the server's frames to them:
 

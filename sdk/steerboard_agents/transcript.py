@@ -78,6 +78,9 @@ def input_text(entry: dict) -> str:
         author = entry.get("author") or "a person"
         return f"[prompt from {author}]\n{text}"
     source = entry.get("source") or {}
+    if source.get("kind") == "human-answer":  # a person's answer to this member's ask_human
+        by = source.get("answered_by") or "nobody (it expired)"
+        return f"[answer to your ask {source.get('ask_id')} from {by}: {source.get('decision') or 'in words'}]\n{text}"
     sender = source.get("sender") or "someone"
     message_id = source.get("message_id")
     head = f"[message {message_id} from {sender}]" if message_id else f"[message from {sender}]"

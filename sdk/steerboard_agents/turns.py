@@ -12,9 +12,12 @@ conversation in ``seq`` order. A reply without tool calls ends the turn.
 - A prompt that already had its turn is not run again (``prompt`` returns its
   entry for the session to report again).
 
-Session-local tool: ``await_message {sender?, timeout_ms?}`` waits, inside the
-current step, until a message (from ``sender``, if given) is in the inbox; the
-step boundary right after it lets the message in. It never touches the server.
+Session-local tool: ``await_message {sender?, ask_id?, timeout_ms?}`` waits, inside
+the current step, until a message (from ``sender``, or answering the ``ask_human``
+``ask_id``, if given) is in the inbox; the step boundary right after it lets the
+message in. It never touches the server. A person's answer to an ask enters as a
+``user_message`` whose source is ``{"kind": "human-answer", "message_id", "ask_id",
+"decision", "answered_by", ...}`` (docs/agents.md, "Asking a person").
 
 What a step gives the model: the conversation, the tool names and their
 descriptions (the Team tools' from ``GET /api/v1/tools``, read once with the
@@ -52,13 +55,15 @@ AWAIT_DEFAULT_MS = 600_000
 LOCAL_TOOL_SPECS = [
     {
         "name": "await_message",
-        "description": "Wait, inside this step, until a message (from `sender`, if given) has arrived for you; "
-        "it enters the conversation right after this call. Answers {timed_out, arrived: [{sender, message_id}]}. "
-        "Runs in your own session: it costs the team nothing while it waits.",
+        "description": "Wait, inside this step, until a message (from `sender`, or the person's answer to your "
+        "ask_human `ask_id`, if given) has arrived for you; it enters the conversation right after this call. "
+        "Answers {timed_out, arrived: [{sender, message_id}]} (an answer to an ask also names its ask_id and "
+        "decision). Runs in your own session: it costs the team nothing while it waits.",
         "input_schema": {
             "type": "object",
             "properties": {
                 "sender": {"type": "string", "description": "wait for a message from this member only"},
+                "ask_id": {"type": "string", "description": "wait for the answer to this ask_human call"},
                 "timeout_ms": {
                     "type": "integer",
                     "minimum": 0,
@@ -310,16 +315,18 @@ class Turns:
         except TypeError as exc:
             return {"error": {"code": "VALIDATION_ERROR", "message": str(exc)}}
 
-    async def _await_message(self, sender: str | None = None, timeout_ms: int = AWAIT_DEFAULT_MS) -> dict:
+    async def _await_message(
+        self, sender: str | None = None, ask_id: str | None = None, timeout_ms: int = AWAIT_DEFAULT_MS
+    ) -> dict:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
-            ready = [m for m in self._inbox.drainable() if sender is None or m["sender"] == sender]
+            ready = [
+                m for m in self._inbox.drainable()
+                if (sender is None or m["sender"] == sender) and (ask_id is None or m.get("ask_id") == ask_id)
+            ]
             if ready:
-                return {
-                    "timed_out": False,
-                    "arrived": [{"sender": m["sender"], "message_id": m["id"]} for m in self._inbox.drainable()],
-                }
+                return {"timed_out": False, "arrived": [_arrived(m) for m in self._inbox.drainable()]}
             self._inbox.changed.clear()
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -352,19 +359,25 @@ class Turns:
             await asyncio.sleep(pause)
         for message in self._inbox.drainable():
             message_id = message["id"]
+            source = {
+                "kind": "team-message",
+                "message_id": message_id,
+                "sender": message.get("sender"),
+                "team": self._session.team,
+                "seq": message.get("seq"),
+            }
+            if message.get("kind") == "human_answer":  # a person's answer to this member's ask_human
+                source.update(
+                    kind="human-answer", ask_id=message.get("ask_id"), decision=message.get("decision"),
+                    answered_by=message.get("answered_by"),
+                )
             entry = {
                 "id": f"msg-{message_id}",
                 "kind": "user_message",
                 "turn_id": turn_id,
                 "step": step,
                 "text": message.get("content", ""),
-                "source": {
-                    "kind": "team-message",
-                    "message_id": message_id,
-                    "sender": message.get("sender"),
-                    "team": self._session.team,
-                    "seq": message.get("seq"),
-                },
+                "source": source,
             }
             self._inbox.entered(message, entry)
             await self._report(entry)
@@ -378,6 +391,14 @@ class Turns:
         self._in_turn = False
         self._interrupt.clear()
         await self._session.status_set("idle")
+
+
+def _arrived(message: dict) -> dict:
+    """What await_message says of a message that arrived (an answer to an ask: which, and the decision)."""
+    arrived = {"sender": message["sender"], "message_id": message["id"]}
+    if message.get("ask_id"):
+        arrived.update(ask_id=message["ask_id"], decision=message.get("decision"))
+    return arrived
 
 
 def _usage_of(reply: ModelReply) -> dict | None:

@@ -13,6 +13,7 @@ TEAM_TOOLS = (
     "team_task_list",
     "team_task_get",
     "team_task_update",
+    "ask_human",
 )
 
 # Calls that carry an idempotency key when a client repeats them (docs/protocol.md, "Idempotency").

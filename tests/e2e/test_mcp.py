@@ -1,4 +1,4 @@
-"""/mcp against a real daphne process, with the official `mcp` client: the nine Team tools, their
+"""/mcp against a real daphne process, with the official `mcp` client: the ten Team tools, their
 schemas, results and error codes are REST's, and what is sent over MCP reaches a websocket session."""
 import ast
 import asyncio
@@ -15,7 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
-NINE = [
+TEN = [
     "spawn_teammate",
     "send_message",
     "list_agents",
@@ -25,6 +25,7 @@ NINE = [
     "team_task_list",
     "team_task_get",
     "team_task_update",
+    "ask_human",
 ]
 
 
@@ -50,12 +51,12 @@ async def recv_type(ws, wanted, timeout=10):
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_an_mcp_client_lists_exactly_the_nine_tools_with_the_rest_schemas(live_env, daphne_server, mode):
+async def test_an_mcp_client_lists_exactly_the_ten_tools_with_the_rest_schemas(live_env, daphne_server, mode):
     team = live_env.team_create(f"mcp-tools-{mode}")
     rest_tools = {t["name"]: t for t in httpx.get(daphne_server.url + "/api/v1/tools").json()}
     async with mcp_client(daphne_server, team["lead"]["token"], mode) as client:
         listed = await client.list_tools()
-    assert [t.name for t in listed.tools] == NINE
+    assert [t.name for t in listed.tools] == TEN
     for tool in listed.tools:
         assert tool.description == rest_tools[tool.name]["description"]
         assert tool.input_schema == rest_tools[tool.name]["input_schema"]
@@ -285,7 +286,7 @@ async def test_the_python_example_of_docs_mcp_md_runs_as_written(live_env, daphn
     exec(compile(example, "docs/mcp.md", "exec"), namespace)
     await namespace["main"](daphne_server.url + "/mcp", impl)
     listed, sent, refused = capsys.readouterr().out.splitlines()
-    assert ast.literal_eval(listed) == NINE
+    assert ast.literal_eval(listed) == TEN
     sent = ast.literal_eval(sent)
     assert sent["status"] == "queued" and sent["idempotent_replay"] is False  # the Lead has no session
     assert refused.startswith("True TEAM_UNKNOWN_TARGET: No member named 'nobody'")

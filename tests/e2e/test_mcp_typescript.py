@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TS_DIR = Path(__file__).resolve().parents[1] / "mcp_ts"
 NODE_BIN = TS_DIR / "node_modules" / ".bin"
-NINE = [
+TEN = [
     "spawn_teammate",
     "send_message",
     "list_agents",
@@ -29,6 +29,7 @@ NINE = [
     "team_task_list",
     "team_task_get",
     "team_task_update",
+    "ask_human",
 ]
 # Every code a tool call can refuse with over /mcp. The others are answered before a tool runs
 # (UNAUTHENTICATED, RATE_LIMITED: HTTP 401/429), or by the history endpoints, not by a tool.
@@ -111,7 +112,7 @@ def limited_server(live_env):
     server.stop()
 
 
-async def test_the_typescript_sdk_calls_the_nine_tools_and_reads_every_refusal(live_env, limited_server, tmp_path):
+async def test_the_typescript_sdk_calls_the_ten_tools_and_reads_every_refusal(live_env, limited_server, tmp_path):
     env = node_env(tmp_path)
     server = limited_server
     team = live_env.team_create("ts")
@@ -149,8 +150,8 @@ async def test_the_typescript_sdk_calls_the_nine_tools_and_reads_every_refusal(l
     assert code == 0, f"drive.mjs failed:\n{err}\n{out}"
     summary = json.loads(out.strip().splitlines()[-1])
 
-    assert summary["tools"] == NINE
-    assert sorted(set(summary["succeeded"])) == sorted(NINE)
+    assert summary["tools"] == TEN
+    assert sorted(set(summary["succeeded"])) == sorted(TEN)
     assert {r["code"] for r in summary["refused"]} == TOOL_CODES
     for refusal in summary["refused"]:
         assert refusal["text"].startswith(refusal["code"] + ": "), refusal
@@ -176,7 +177,7 @@ async def test_the_mcp_inspector_cli_lists_calls_reads_and_reports_a_bad_token_a
 
     code, out, err = await run(env, *inspector, "--method", "tools/list")
     assert code == 0, err
-    assert [t["name"] for t in json.loads(out)["tools"]] == NINE
+    assert [t["name"] for t in json.loads(out)["tools"]] == TEN
 
     sent = ["--tool-name", "send_message", "--tool-arg", "target=lead", "message=task-3 done"]
     code, out, err = await run(env, *inspector, "--method", "tools/call", *sent)

@@ -8,10 +8,14 @@ import inspect
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import delivery, faults, hot_path, lead_log, wire
+from django.utils import timezone
+
+from mailbox import asks, delivery, faults, hot_path, lead_log, wire
 from mailbox.lead_log import (
     MESSAGE_FIELDS,
     accepted_record,
+    ask_answered_record,
+    ask_expired_record,
     cancelled_record,
     delivered_record,
     failed_record,
@@ -19,7 +23,7 @@ from mailbox.lead_log import (
     records_select,
     retried_record,
 )
-from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from mailbox.models import HumanAsk, LeadLogRecord, LogKind, TeamMessage
 from tests.mailbox.test_hot_path import entry_for, member
 from tests.support.inproc import Agent, spawn, team_new
 from tests.support.sends import message_send
@@ -33,6 +37,8 @@ BUILDERS = {
     LogKind.MESSAGE_RETRIED: retried_record,
     LogKind.MESSAGE_DELIVERED: delivered_record,
     LogKind.MESSAGE_CANCELLED: cancelled_record,
+    LogKind.ASK_ANSWERED: ask_answered_record,
+    LogKind.ASK_EXPIRED: ask_expired_record,
 }
 
 
@@ -116,7 +122,23 @@ async def test_every_record_of_admission_and_recovery_has_the_fields_the_lead_lo
     taken_back, _ = await send(sender=lead, target_name="reviewer", content="an operator takes it back")
     await database_sync_to_async(delivery.message_cancel)(message=taken_back, by="ops")
 
-    written = [r for m in (delivered, failed, waits, taken_back) for r in await records_of(m.id)]
+    # A person's answer to an ask, and an ask that expired (mailbox/asks.py).
+    for question, expires in (("answered?", None), ("expired?", 60)):
+        ask = await database_sync_to_async(asks.ask_create)(
+            member=target, question=question, options=[], expires_in_s=expires
+        )
+        if expires:
+            await database_sync_to_async(
+                lambda: HumanAsk.objects.filter(pk=ask.pk).update(expires_at=timezone.now())
+            )()
+            assert await database_sync_to_async(asks.asks_expire)() == 1
+        else:
+            await database_sync_to_async(asks.ask_answer)(team_id=target.team_id, ask_id=ask.id, answer="yes", by="ops")
+    answers = await database_sync_to_async(
+        lambda: list(HumanAsk.objects.order_by("created_at").values_list("answer_message_id", flat=True))
+    )()
+
+    written = [r for m in (delivered.id, failed.id, waits.id, taken_back.id, *answers) for r in await records_of(m)]
     assert {kind for kind, _ in written} == set(MESSAGE_FIELDS)
     assert_shaped(written)
     [wait] = [d for kind, d in await records_of(waits.id) if kind == LogKind.MESSAGE_FAILED]

@@ -28,4 +28,4 @@ async def test_posting_to_the_policy_path_is_still_a_tool_call(api):
     assert unauthenticated.status_code == 401
     # And the real tools are where they were.
     assert (await api.http.get("/api/v1/tools/send_message")).status_code == 405
-    assert len((await api.http.get("/api/v1/tools")).json()) == 9
+    assert len((await api.http.get("/api/v1/tools")).json()) == 10

@@ -1,4 +1,4 @@
-"""GET /api/v1/tools: the nine tools, their schemas generated from the pydantic models.
+"""GET /api/v1/tools: the ten tools, their schemas generated from the pydantic models.
 
 The snapshot pins the wire contract. After a deliberate schema change,
 regenerate it with:
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools.json"
-NINE = [
+TEN = [
     "spawn_teammate",
     "send_message",
     "list_agents",
@@ -24,6 +24,7 @@ NINE = [
     "team_task_list",
     "team_task_get",
     "team_task_update",
+    "ask_human",
 ]
 
 
@@ -32,7 +33,7 @@ def test_tools_list_matches_the_snapshot(client):
     response = client.get("/api/v1/tools")
     assert response.status_code == 200
     tools = response.json()
-    assert [t["name"] for t in tools] == NINE
+    assert [t["name"] for t in tools] == TEN
     for tool in tools:
         assert set(tool) == {"name", "description", "input_schema", "output_schema"}
         assert tool["input_schema"]["type"] == "object"

@@ -1,5 +1,5 @@
 // The TypeScript MCP SDK (@modelcontextprotocol/sdk, the client most IDE agents share) against
-// Steerboard's /mcp: list the tools, call each of the nine, a refused call per error code the
+// Steerboard's /mcp: list the tools, call each of the ten, a refused call per error code the
 // tools can answer, read the resources, and a bad token. Driven by tests/e2e/test_mcp_typescript.py,
 // which sets the team up; any surprise fails an assertion (exit 1). On success it prints a JSON
 // summary of what it saw on stdout.
@@ -48,18 +48,18 @@ async function refused(client, name, args, code) {
 const lead = await connect(config.lead);
 const impl = await connect(config.implementer);
 try {
-  // The nine tools, with schemas the SDK compiles (it validates every result against them).
+  // The ten tools, with schemas the SDK compiles (it validates every result against them).
   const listed = await lead.listTools();
   summary.tools = listed.tools.map((t) => t.name);
   await impl.listTools();
 
-  // Each of the nine, successfully.
+  // Each of the ten, successfully.
   const spawned = await ok(lead, "spawn_teammate", { name: "reviewer", description: "reviews", prompt: "" });
   assert.equal(spawned.member.name, "reviewer");
   const sent = await ok(lead, "send_message", { target: "implementer", message: "Start on task-1.", idempotency_key: "go" });
   assert.equal(sent.status, "accepted"); // the implementer's session is connected (the test holds it)
   const agents = await ok(lead, "list_agents", {});
-  assert.ok(steerboard_agents.agents.some((a) => a.name === "implementer"));
+  assert.ok(agents.agents.some((a) => a.name === "implementer"));
   const interrupted = await ok(lead, "interrupt_agent", { target: "implementer" });
   assert.equal(typeof interrupted.previous_status, "string");
   const task1 = await ok(lead, "team_task_create", { subject: "Parser", description: "Write the parser." });
@@ -74,6 +74,9 @@ try {
     task_id: task1.task.id, expected_revision: got.task.revision, action: "claim",
   });
   assert.equal(claimed.task.owner, "implementer");
+  const asked = await ok(impl, "ask_human", { question: "Merge the parser?", kind: "approval" });
+  assert.equal(asked.state, "pending");
+  assert.match(asked.ask_id, /^ask-/);
 
   // wait_agent returns when mail reaches the caller; meanwhile a second wait is one too many
   // (whichever of the two the server sees second is refused at once).

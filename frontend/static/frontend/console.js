@@ -30,6 +30,47 @@ async function retry(button, url) {
   }
 }
 
+// An operator's answer to an ask_human: a decision (one of its options) or words; the first answer
+// wins, a later one is refused (409 ASK_NOT_PENDING) and says so in place.
+async function answerAsk(control, askId, payload) {
+  const item = control.closest("[data-attention]");
+  const status = item && item.querySelector("[data-ask-status]");
+  for (const el of item ? item.querySelectorAll("button, input") : []) el.disabled = true;
+  try {
+    const answer = await operatorPost(apiPath("asks", askId, "answer"), payload);
+    if (status) { status.textContent = `answered${answer.ask.decision ? `: ${answer.ask.decision}` : ""}`; status.dataset.answered = "true"; }
+  } catch (error) {
+    if (status) { status.textContent = `refused: ${error.message}`; status.dataset.answered = "false"; }
+    for (const el of item ? item.querySelectorAll("button, input") : []) el.disabled = false;
+  }
+}
+
+function askAnswerControls(item) {
+  const buttons = item.options.map((option) => h("button", { type: "button", class: "small", "data-action": "answer",
+    "data-decision": option, "aria-label": `Answer ${item.member}'s ask: ${option}`,
+    onclick: (ev) => answerAsk(ev.currentTarget, item.ask_id, { decision: option }) }, option));
+  const words = h("input", { type: "text", name: "answer", required: true, maxlength: 16000, placeholder: "answer in words",
+    "aria-label": `Answer ${item.member}'s ask in words` });
+  const form = h("form", { class: "ask-answer", "data-action": "answer", onsubmit: (ev) => {
+    ev.preventDefault();
+    answerAsk(ev.currentTarget, item.ask_id, { answer: words.value });
+  } }, words, h("button", { type: "submit", class: "small" }, "answer"));
+  return [...buttons, form, h("span", { class: "small", role: "status", "data-ask-status": "" })];
+}
+
+function askWhat(item) {
+  const context = item.context_html ? h("details", { class: "ask-context small" }, h("summary", {}, "context")) : null;
+  if (context) {
+    const body = h("div", { class: "md" });
+    body.innerHTML = item.context_html; // rendered from Markdown and sanitised by the server (markdown-it-py + nh3)
+    context.append(body);
+  }
+  return [h("b", {}, item.member), item.ask_kind === "approval" ? " asks for approval: " : " asks: ",
+    h("q", { class: "ask-question", "data-ask-question": "" }, item.question), " ", since(item.since, "waiting {age}"),
+    item.expires_at ? h("span", { class: "muted small", "data-ask-expires": item.expires_at },
+      ` · expires at ${new Date(item.expires_at).toLocaleTimeString()}`) : null, context];
+}
+
 function attentionItem(item, canAct) {
   // Where to look next: a message's trace; for a prompt, its member's lane, which lists the prompts waiting.
   let link = null;
@@ -55,6 +96,9 @@ function attentionItem(item, canAct) {
       action = h("button", { type: "button", class: "small", "data-action": "retry-member", "data-member-ref": item.member,
         "aria-label": `Retry ${item.member}`, onclick: (ev) => retry(ev.currentTarget, apiPath("members", item.member, "retry")) }, "retry");
     }
+  } else if (item.kind === "ask") {
+    what = askWhat(item);
+    if (canAct) action = askAnswerControls(item);
   } else if (item.kind === "budget") {
     what = [h("b", {}, "token budget used up"), `: ${item.used} of ${item.tokens} tokens, `, since(item.since, `since {age}`)];
     if (canAct) {
@@ -69,6 +113,7 @@ function attentionItem(item, canAct) {
     // per member (docs/dashboard.md), and tests and scripts select the lane by it alone.
     "data-message-id": item.message_id || null, "data-attention-member": item.kind === "member" ? item.member : null,
     "data-target": item.kind === "member" ? null : item.member, "data-prompt-id": item.prompt_id || null,
+    "data-ask-id": item.ask_id || null,
   },
   h("span", { class: "attention-what" }, what),
   item.error ? h("div", { class: "last-error small", role: "note", "data-last-error": "" }, item.error) : null,
@@ -83,7 +128,7 @@ function renderAttention(snap) {
   const attention = snap.attention;
   if (!panel || !attention) return;
   const canAct = snap.me.can_act;
-  const key = JSON.stringify([attention.items.map((i) => [i.kind, i.message_id, i.member, i.prompt_id, i.state, i.error, i.since]), canAct]);
+  const key = JSON.stringify([attention.items.map((i) => [i.kind, i.message_id, i.member, i.prompt_id, i.ask_id, i.state, i.error, i.since]), canAct]);
   panel.dataset.attentionCount = attention.count;
   panel.querySelector("[data-attention-count]").textContent = attention.count;
   if (key !== attentionKey) {

@@ -265,6 +265,7 @@ export function messageItem(team, m, canAct, { withTarget = false } = {}) {
 // session reported; a reference to no message or prompt of this member is "unverified".
 function steeredLabel(e) {
   if (!e.verified) return "team message (unverified sender)";
+  if (e.ask) return `answer to ask ${e.ask.id} · ${e.ask.decision || "in words"}${e.ask.answered_by ? ` · by ${e.ask.answered_by}` : ""}`;
   return e.message_kind === "spawn_prompt" ? `spawn prompt from ${e.sender}` : `steered from ${e.sender}`;
 }
 
@@ -285,7 +286,8 @@ function entryItem(e) {
     "data-entry-verified": checked ? String(Boolean(e.verified)) : null,
     "data-entry-message-kind": e.message_id && e.verified ? e.message_kind : null,
     "data-entry-sender": e.message_id && e.verified ? e.sender : null,
-    "data-entry-author": e.kind === "prompt" && e.verified ? e.author : null },
+    "data-entry-author": e.kind === "prompt" && e.verified ? e.author : null,
+    "data-entry-ask-id": e.ask ? e.ask.id : null, "data-entry-decision": e.ask ? e.ask.decision : null },
     h("span", { class: "entry-kind" }, label), e.text ? h("span", { class: "entry-text" }, e.text) : null,
     timeAgo(e.at, "{ago}", { class: "muted" }));
 }
@@ -346,6 +348,15 @@ function lane(team, member, canAct, openState, color) {
           h("span", { class: `pill state-${p.state}` }, `prompt ${p.state}`), " ", h("span", { class: "muted" }, `${p.author} · `, timeAgo(p.created_at, "{ago}")), " ",
           h("span", { class: "prompt-text" }, p.content.length > 200 ? `${p.content.slice(0, 199)}…` : p.content))))
     : null;
+  // What the member waits for a person on (ask_human): answered from Needs attention.
+  const asks = (member.asks || []).length
+    ? h("ul", { class: "asks" }, member.asks.map((a) =>
+        h("li", { class: "lane-ask", "data-lane-ask": "", "data-ask-id": a.id, "data-state": a.state },
+          h("span", { class: "pill state-ask" }, a.kind === "approval" ? "awaits approval" : "asks a person"), " ",
+          h("span", { class: "muted" }, timeAgo(a.created_at, "{ago}")), " ",
+          h("q", { class: "ask-question" }, a.question.length > 200 ? `${a.question.slice(0, 199)}…` : a.question),
+          a.options.length ? h("span", { class: "muted small" }, ` (${a.options.join(" / ")})`) : null)))
+    : null;
   const details = h("details", { class: "timeline", "data-timeline": member.name, open: openState ? true : null,
     ontoggle: (ev) => { openTimelines.set(member.name, ev.currentTarget.open); } },
   h("summary", {}, "Timeline"), timeline(member));
@@ -371,6 +382,7 @@ function lane(team, member, canAct, openState, color) {
         h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`,
           counts.cancelled ? h("span", { "data-count": "cancelled" }, ` · ${counts.cancelled} cancelled`) : null))),
     h("div", { class: "lane-charts", "data-lane-charts": member.name }),
+    asks,
     prompts,
     h("div", { class: "cols" }, cols),
     details);
