@@ -108,10 +108,12 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
                 ErrorCode.TEAM_NAME_TAKEN,
                 f"The name {name!r} is already used in this team (names are never reused); choose another.",
             )
-        if Member.objects.filter(team=team).count() >= settings.STEERBOARD["MAX_MEMBERS_PER_TEAM"]:
+        # The bound counts teammates, as the seed's maxMembers does: the Lead is not one of them.
+        most = settings.STEERBOARD["MAX_MEMBERS_PER_TEAM"]
+        if Member.objects.filter(team=team, role=Role.TEAMMATE).count() >= most:
             raise TeamError(
                 ErrorCode.TEAM_ROSTER_FULL,
-                f"The team already has {settings.STEERBOARD['MAX_MEMBERS_PER_TEAM']} members, the most it may have.",
+                f"The team already has {most} teammates (the Lead not counted), the most it may have.",
             )
         member = Member.objects.create(
             team=team,

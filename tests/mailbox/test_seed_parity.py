@@ -272,12 +272,27 @@ async def test_a_teammate_that_has_run_stays_inactive_when_a_resume_fails(api):
 
 
 # --- 8. the roster bound and the limits' validation ----------------------------------------------
-async def test_the_roster_holds_eight_members_by_default(api):
+async def test_the_roster_holds_eight_teammates_by_default_the_lead_not_counted(api):
     team = await team_new()
-    for i in range(7):
+    for i in range(8):
         await api.ok(team["lead"], "spawn_teammate", name=f"m-{i}", description="d", prompt="")
-    ninth = await api.tool(team["lead"], "spawn_teammate", name="m-7", description="d", prompt="")
+    ninth = await api.tool(team["lead"], "spawn_teammate", name="m-8", description="d", prompt="")
     assert ninth.status_code == 409 and ninth.json()["error"]["code"] == "TEAM_ROSTER_FULL"
+    assert "8 teammates" in ninth.json()["error"]["message"]
+    roster = await api.ok(team["lead"], "list_agents")
+    assert len(roster["agents"]) == 9  # the Lead and its eight teammates
+
+
+async def test_with_max_members_2_the_third_teammate_is_refused(api, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_MEMBERS_PER_TEAM": 2}
+    team = await team_new()
+    await api.ok(team["lead"], "spawn_teammate", name="one", description="d", prompt="")
+    await api.ok(team["lead"], "spawn_teammate", name="two", description="d", prompt="")
+    third = await api.tool(team["lead"], "spawn_teammate", name="three", description="d", prompt="")
+    assert third.status_code == 409 and third.json()["error"]["code"] == "TEAM_ROSTER_FULL"
+    assert third.json()["error"]["message"] == (
+        "The team already has 2 teammates (the Lead not counted), the most it may have."
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "eight"])
