@@ -336,8 +336,11 @@ def task_update(
                     raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {owner!r} on this team.")
                 if new_owner.phase == Phase.RETIRED:
                     raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{owner} is retired and cannot own tasks.")
-                # Handed over as it is: an in-progress task stays in progress for its new owner.
+                # As the seed does, the new owner gets it as its task in progress: a pending task
+                # starts (the owner may complete it at the revision reassign answers), an
+                # in-progress one stays in progress.
                 task.owner = new_owner
+                task.status = TaskStatus.IN_PROGRESS
         elif action == "delete":
             if not (member.is_lead or is_owner or task.created_by_id == member.id):
                 raise _refuse(action, "only its creator, its owner or the Lead can delete it.")

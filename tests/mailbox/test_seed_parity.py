@@ -313,3 +313,50 @@ def test_a_positive_limit_is_taken():
         capture_output=True, text=True, timeout=60,
     )
     assert run.stdout.strip() == "12", run.stderr
+
+
+# --- 9. write scopes normalised, reassign hands a pending task over in progress (issue 31) -------
+async def test_write_scopes_are_normalised_as_the_seed_does(api):
+    team = await team_new()
+    created = await api.ok(
+        team["lead"], "team_task_create", subject="s", description="d", write_scopes=["src", "./src/", "src"]
+    )
+    assert created["task"]["write_scopes"] == ["src"]
+    edited = await api.ok(
+        team["lead"], "team_task_update", task_id="task-1", expected_revision=1, action="edit",
+        write_scopes=["./docs/", "docs/*.md", "docs"],
+    )
+    assert edited["task"]["write_scopes"] == ["docs", "docs/*.md"]
+    for scope in ("../src", "a/../b", "/etc", "C:\\src", "C:src", "a\\b", "a//b", "./", "."):
+        refused = await api.tool(team["lead"], "team_task_create", subject="s", description="d", write_scopes=[scope])
+        assert refused.status_code == 400, scope
+        error = refused.json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and error["message"].startswith("write_scopes.0"), error
+    listed = await api.ok(team["lead"], "team_task_list")
+    assert [t["id"] for t in listed["tasks"]] == ["task-1"]  # nothing refused was stored
+
+
+async def test_the_leads_reassign_of_a_pending_task_hands_it_over_in_progress(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    await api.ok(team["lead"], "team_task_create", subject="s", description="d")
+    moved = (await api.ok(
+        team["lead"], "team_task_update", task_id="task-1", expected_revision=1, action="reassign", owner="implementer"
+    ))["task"]
+    assert (moved["status"], moved["owner"]) == ("in_progress", "implementer")
+    done = await api.ok(impl, "team_task_update", task_id="task-1", expected_revision=moved["revision"], action="complete")
+    assert done["task"]["status"] == "completed"
+
+    # An in-progress task stays in progress; a task with open blockers is still refused.
+    await api.ok(team["lead"], "team_task_create", subject="blocker", description="d")
+    await api.ok(team["lead"], "team_task_create", subject="blocked", description="d", blocked_by=["task-2"])
+    refused = await api.tool(
+        team["lead"], "team_task_update", task_id="task-3", expected_revision=1, action="reassign", owner="implementer"
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "TASK_INVALID_ACTION"
+    claimed = (await api.ok(team["lead"], "team_task_update", task_id="task-2", expected_revision=1, action="claim"))["task"]
+    moved = (await api.ok(
+        team["lead"], "team_task_update", task_id="task-2", expected_revision=claimed["revision"], action="reassign",
+        owner="implementer",
+    ))["task"]
+    assert (moved["status"], moved["owner"]) == ("in_progress", "implementer")
