@@ -18,11 +18,12 @@ from django.db import connection
 
 from mailbox import sqlcount
 from mailbox.lead_log import (
-    accepted_record, delivered_record, queued_record, records_from, records_select, rows_insert, rows_values,
+    accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
+    rows_values,
 )
 from mailbox.models import (
-    PENDING_STATES, TARGET_REFUSING_PHASES, HistoryEntry, HostPresence, HumanPrompt, IdempotencyRecord, LogKind,
-    MemberUsage, MessageState, PromptState, TeamMessage,
+    PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence, HumanPrompt,
+    IdempotencyRecord, LogKind, MemberUsage, MessageState, PromptState, TeamMessage,
 )
 from mailbox.writer import Batch
 from teams.errors import TeamError
@@ -36,6 +37,20 @@ def _listed(*values) -> str:
 
 def hosts_exists(member: str, hosts: str) -> str:
     return f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
+
+
+def status_of(member: str) -> str:
+    """A member's status from its phase and session state, as teams.models.status_of has it."""
+    return (
+        f"CASE WHEN {member}.phase = '{Phase.ACTIVE}' THEN {member}.session_state "
+        f"WHEN {member}.phase = '{Phase.PROVISIONING}' AND {member}.session_state <> '{SessionState.INACTIVE}' "
+        f"THEN {member}.session_state ELSE {member}.phase END"
+    )
+
+
+def wait_param(status: str) -> str:
+    """The name of a send's parameter that holds why a message to a ``status`` target waits."""
+    return f"waits_{status}"
 
 
 def budget_exhausted(team_id: str, default: str) -> str:
@@ -88,7 +103,7 @@ class Statements:
         self.message_insert = (
             f"INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, kind, "
             f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s)"
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.entry_insert = (
             f"INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
@@ -152,7 +167,16 @@ class Statements:
         text = "CAST(%(target)s AS text)"
         queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = {queued})"
         pending_all = f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ({pending}))"
-        # The send's records: queued, and accepted when admitted in the same statement.
+        # A target without a session and without a host: the message waits, and the send
+        # records that as its try (attempts 1) and why (last_error, a failed record), the
+        # reason being the one the job passes for the target's status (delivery.no_host_reason).
+        reason = (
+            "CASE t.status "
+            + " ".join(f"WHEN '{st}' THEN CAST(%({wait_param(st)})s AS text)" for st in TARGET_SESSIONLESS_STATUSES)
+            + " ELSE '' END"
+        )
+        # The send's records: queued; accepted when admitted in the same statement, or failed
+        # (waiting) when the target waits for a host.
         send_records = records_from(
             records_select(
                 LogKind.MESSAGE_QUEUED, queued_record(sender="CAST(%(sender_name)s AS text)", target=text, seq="t.seq"),
@@ -163,9 +187,14 @@ class Statements:
                 accepted_record(target=text, seq="t.seq", target_status="t.session_state", redelivery="false"),
                 team="%(team)s", message="%(id)s", now="%(now)s", source="t", where="t.admit",
             ),
+            records_select(
+                LogKind.MESSAGE_FAILED, failed_record(target=text, seq="t.seq", error=reason, waiting="true"),
+                team="%(team)s", message="%(id)s", now="%(now)s", source="t", where="t.waits",
+            ),
         )
 
         exhausted = budget_exhausted(f"{member}.team_id", "CAST(%(budget)s AS bigint)")
+        waits = f"%(records_wait)s AND NOT ({pushable}) AND NOT {hosts_exists(member, hosts)} AND NOT {exhausted}"
 
         def send(claimed: str = "") -> str:
             return (
@@ -174,16 +203,20 @@ class Statements:
                 f"AND {pending_all} < %(limit)s {claimed}"
                 f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
                 f"{hosts_exists(member, hosts)} AS has_host, "
-                f"({pushable} AND {queued_none} AND %(may)s AND NOT {exhausted}) AS admit, {exhausted} AS exhausted), "
+                f"({pushable} AND {queued_none} AND %(may)s AND NOT {exhausted}) AS admit, {exhausted} AS exhausted, "
+                f"({waits}) AS waits, {status_of(member)} AS status), "
                 f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
                 f"kind, state, attempts, last_error, created_at, queued_at, accepted_at) "
                 f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, %(kind)s, "
-                f"CASE WHEN t.admit THEN {accepted} ELSE {queued} END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
+                f"CASE WHEN t.admit THEN {accepted} ELSE {queued} END, CASE WHEN t.admit OR t.waits THEN 1 ELSE 0 END, "
+                f"CASE WHEN t.waits THEN {reason} ELSE '' END, "
                 f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
                 f"l AS ({send_records}) "
             )
 
-        target_columns = "t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit, t.exhausted"
+        target_columns = (
+            "t.id, t.seq, t.phase, t.session_state, t.session_channel, t.has_host, t.admit, t.exhausted, t.waits"
+        )
         self.send_piped = f"WITH {send()}SELECT {target_columns} FROM t"
         # A keyed send claims its key first (with the message's ids as its result until the
         # batch stores the whole answer), and stores the message only when it did: the claim

@@ -360,3 +360,37 @@ async def test_the_leads_reassign_of_a_pending_task_hands_it_over_in_progress(ap
         owner="implementer",
     ))["task"]
     assert (moved["status"], moved["owner"]) == ("in_progress", "implementer")
+
+
+# --- 10. a queued message says how often delivery was tried and why it waits (issue 31) ----------
+async def test_a_queued_message_shows_its_attempt_and_why_it_waits(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    session = Agent(impl)
+    await session.connect("idle")
+    await session.close()  # inactive now, and the team has no host
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="when you are back")
+    assert sent["status"] == "queued" and "do not resend" in sent["delivery"]["warnings"][0]
+    reason = "implementer is inactive and no host is connected to resume it"
+
+    ops = await operator()
+    headers = {"Authorization": f"Token {ops['token']}"}
+    shown = (await api.http.get(f"/api/v1/teams/alpha/messages/{sent['message_id']}", headers=headers)).json()
+    assert (shown["state"], shown["attempts"], shown["failures"], shown["last_error"]) == ("queued", 1, 0, reason)
+    assert [(e["kind"], e.get("error")) for e in shown["events"]] == [("queued", None), ("failed", reason)]
+
+    # The trace page shows the same.
+    @database_sync_to_async
+    def trace_page() -> str:
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        client = Client()
+        client.force_login(User.objects.get(username="op"))
+        response = client.get(f"/teams/alpha/messages/{sent['message_id']}/")
+        assert response.status_code == 200
+        return response.content.decode()
+
+    page = await trace_page()
+    assert "· 1 attempt ·" in page and f'<div class="last-error" role="note">{reason}</div>' in page
+    assert page.count(reason) == 2  # the message's last error and its failed event
