@@ -6,9 +6,9 @@ A message moves only forward:
 from           event                                        to            Lead log record
 =============  ===========================================  ============  ==========================
 (none)         send_message commits the snapshot            queued        team/message/queued
-(none)         ... and finds the target without a session   queued        team/message/queued and
-               and without a host (in the same commit)      (attempts 1,  team/message/failed
-                                                            last_error)   (waiting)
+(none)         ... and finds it must wait: the target       queued        team/message/queued and
+               without a session and a host, or the         (attempts 1,  team/message/failed
+               team's budget used up (in the same commit)   last_error)   (waiting)
 queued         admission: target running or idle, steer     accepted      team/message/accepted
                pushed to its current session's channel
 queued         admission: target inactive, a host is        accepted      team/message/accepted

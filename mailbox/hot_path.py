@@ -6,9 +6,9 @@ Each is a writer job (mailbox/writer.py) whose SQL is mailbox/hot_sql.py's:
 - ``SendJob``: a message stored with its ``queued`` record; for a running or idle target
   with nothing queued before it, admitted in the same commit (its ``accepted`` record)
   and pushed after it; any other send is admitted by ``delivery.target_admit`` after the
-  commit; a send that finds its target without a session and without a host records that
-  try and why the message waits (attempts 1, ``last_error``, a waiting ``failed`` record)
-  in the same statement. A send with an idempotency key claims the key in the same statement (a replay
+  commit; a send that finds the message must wait (its target without a session and without
+  a host, or the team's budget used up) records that try and why (attempts 1,
+  ``last_error``, a waiting ``failed`` record) in the same statement. A send with an idempotency key claims the key in the same statement (a replay
   answers the first call's result, a different call with the key is refused, a refused
   send does not use the key up: mailbox/idempotency.py).
 - ``EntryJob``: one history entry (a repeat folds); a team message's entry marks it
@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, quota, usage, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -50,6 +50,8 @@ from teams.models import Member, Status, status_of
 log = logging.getLogger(__name__)
 
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
+# Why a message waits while its team's budget is used up, the numbers left for the statement.
+_BUDGET_REASON = usage.exhausted_reason(used="{used}", tokens="{tokens}")
 SEND_TOOL = "send_message"
 
 
@@ -90,12 +92,13 @@ class SendJob(_writer.Job):
         self.replayed: dict | None = None  # a keyed call made before: its stored result
         self.message_id = message_id_new()
         self.may_admit = may_admit and not faults.armed(_ADMISSION_FAULTS)
-        # A send that finds its target without a session and without a host records that
-        # try and why it waits (docs/delivery.md); a message stored without being sent (a
-        # spawn prompt) tried nothing, and an armed fault's failure is admission's to count.
+        # A send that finds the message must wait (no session and no host, or the team's
+        # budget used up) records that try and why (docs/delivery.md); a message stored
+        # without being sent (a spawn prompt) tried nothing, and an armed fault's failure is
+        # admission's to count.
         self.records_wait = records_wait and not faults.armed(_ADMISSION_FAULTS)
         self.admitted = False
-        self.waits = ""  # why the message waits, when the send found that it does
+        self.waits = ""  # why the message waits, when the send found that it does (SQLite; PostgreSQL's statement logs it)
         self.thread_id = ""
         self.lock_order = (1, sender.team_id, target_name)
 
@@ -114,6 +117,7 @@ class SendJob(_writer.Job):
             "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
             "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "kind": self.kind,
             "now": batch.now, "budget": settings.STEERBOARD["TEAM_TOKEN_BUDGET"], "records_wait": self.records_wait,
+            "budget_reason": _BUDGET_REASON,
             **{
                 hot_sql.wait_param(status): no_host_reason(target=self.target_name, status=status)
                 for status in TARGET_SESSIONLESS_STATUSES
@@ -129,7 +133,7 @@ class SendJob(_writer.Job):
 
     def piped_result(self, row, batch) -> None:
         if self.key:
-            target, key_id, prior_fingerprint, prior_result = row[:9], row[9], row[10], row[11]
+            target, key_id, prior_fingerprint, prior_result = row[:8], row[8], row[9], row[10]
             if key_id is None:  # the key was used before: replay or refuse, nothing stored
                 self._key_used(batch, prior_fingerprint, prior_result)
                 return
@@ -141,11 +145,9 @@ class SendJob(_writer.Job):
         if row is None:
             with hot_sql.HotCursor(batch.db) as cursor:
                 _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
-        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, _, waits = row
+        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, _ = row
         self.target_status = status_of(phase, session_state)
         self.has_host = bool(has_host)
-        # The statement stored and logged the reason itself; kept here as the other path keeps it.
-        self.waits = no_host_reason(target=self.target_name, status=self.target_status) if waits else ""
         self.created_at = batch.now
         self.answer = self._answer()
         if self.key_id is not None:
@@ -206,18 +208,22 @@ class SendJob(_writer.Job):
                 self.may_admit and self.target_status in (Status.RUNNING, Status.IDLE) and not queued_before
                 and not exhausted
             )
-            # No session and no host to resume it: the message waits; this send was its try.
-            waits = (
-                self.records_wait and self.target_status in TARGET_SESSIONLESS_STATUSES and not has_host
-                and not exhausted
-            )
-            self.waits = no_host_reason(target=self.target_name, status=self.target_status) if waits else ""
+            # The team's budget is used up, or no session and no host to resume it: the message
+            # waits, and this send was its try (the same words as admission's).
+            self.waits = ""
+            if self.records_wait and exhausted:
+                cursor.execute(sql.budget_reason, [
+                    _BUDGET_REASON, sender.team_id, settings.STEERBOARD["TEAM_TOKEN_BUDGET"], sender.team_id,
+                ])
+                self.waits = cursor.fetchone()[0]
+            elif self.records_wait and self.target_status in TARGET_SESSIONLESS_STATUSES and not has_host:
+                self.waits = no_host_reason(target=self.target_name, status=self.target_status)
             state = MessageState.ACCEPTED if self.admitted else MessageState.QUEUED
             cursor.execute(
                 sql.message_insert,
                 [
                     self.message_id, sender.team_id, sender.pk, self.target_id, self.content, self.seq,
-                    self.thread_id, self.reply_to, self.kind, state, 1 if self.admitted or waits else 0, self.waits,
+                    self.thread_id, self.reply_to, self.kind, state, 1 if self.admitted or self.waits else 0, self.waits,
                     now, now, now if self.admitted else None,
                 ],
             )
