@@ -200,7 +200,7 @@ class Statements:
             + " ELSE '' END"
         )
         # The send's records: queued; accepted when admitted in the same statement, or failed
-        # (waiting) when the target waits for a host.
+        # (waiting) when the message waits.
         send_records = records_from(
             records_select(
                 LogKind.MESSAGE_QUEUED, queued_record(sender="CAST(%(sender_name)s AS text)", target=text, seq="t.seq"),
