@@ -36,7 +36,7 @@ from teams.models import Member, Phase, Status, Team, status_of
 from teams.wire_format import iso
 
 ITEM_WINDOW = 50  # items shown; the count is of all
-PENDING_READ = 1000  # pending messages of a team read at most (8 members x 64 by default)
+PENDING_READ = 1000  # pending messages of a team read at most (9 members, the Lead and 8 teammates, x 64 by default)
 
 
 NO_SESSION = (Status.INACTIVE, Status.PROVISIONING)

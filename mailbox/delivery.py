@@ -6,6 +6,9 @@ A message moves only forward:
 from           event                                        to            Lead log record
 =============  ===========================================  ============  ==========================
 (none)         send_message commits the snapshot            queued        team/message/queued
+(none)         ... and finds it must wait: the target       queued        team/message/queued and
+               without a session and a host, or the         (attempts 1,  team/message/failed
+               team's budget used up (in the same commit)   last_error)   (waiting)
 queued         admission: target running or idle, steer     accepted      team/message/accepted
                pushed to its current session's channel
 queued         admission: target inactive, a host is        accepted      team/message/accepted
@@ -284,9 +287,15 @@ def _admission_attempt(
     elif status == Status.RETIRED:
         raise TargetWaiting(f"{target.name} is retired")
     elif not has_host:
-        raise TargetWaiting(f"{target.name} is {status} and no host is connected to resume it")
+        raise TargetWaiting(no_host_reason(target=target.name, status=status))
     elif not hosts.start_is_fresh(target):
         hosts.start_request(member=target, reason=hosts.start_reason(status))
+
+
+def no_host_reason(*, target: str, status: str) -> str:
+    """Why a message to a target without a session waits: no host can resume it. The send
+    that finds it so records it (mailbox/hot_path.py), and admission says the same."""
+    return f"{target} is {status} and no host is connected to resume it"
 
 
 class TargetWaiting(faults.TemporaryDeliveryError):

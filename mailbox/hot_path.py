@@ -6,7 +6,9 @@ Each is a writer job (mailbox/writer.py) whose SQL is mailbox/hot_sql.py's:
 - ``SendJob``: a message stored with its ``queued`` record; for a running or idle target
   with nothing queued before it, admitted in the same commit (its ``accepted`` record)
   and pushed after it; any other send is admitted by ``delivery.target_admit`` after the
-  commit. A send with an idempotency key claims the key in the same statement (a replay
+  commit; a send that finds the message must wait (its target without a session and without
+  a host, or the team's budget used up) records that try and why (attempts 1,
+  ``last_error``, a waiting ``failed`` record) in the same statement. A send with an idempotency key claims the key in the same statement (a replay
   answers the first call's result, a different call with the key is refused, a refused
   send does not use the key up: mailbox/idempotency.py).
 - ``EntryJob``: one history entry (a repeat folds); a team message's entry marks it
@@ -29,16 +31,18 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, quota, usage, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
 from mailbox.delivery import (
-    mailbox_full, message_admit_stored, message_validate, not_addressed, not_received, refuse_phase,
+    mailbox_full, message_admit_stored, message_validate, no_host_reason, not_addressed, not_received, refuse_phase,
     spawn_prompt_validate, unknown_target,
 )
-from mailbox.lead_log import accepted_record, delivered_record, queued_record
-from mailbox.models import IdempotencyRecord, LogKind, MessageKind, MessageState, TeamMessage, message_id_new
+from mailbox.lead_log import accepted_record, delivered_record, failed_record, queued_record
+from mailbox.models import (
+    TARGET_SESSIONLESS_STATUSES, IdempotencyRecord, LogKind, MessageKind, MessageState, TeamMessage, message_id_new,
+)
 from mailbox.wire import steer_message
 from teams.errors import TeamError
 from teams.models import Member, Status, status_of
@@ -46,6 +50,8 @@ from teams.models import Member, Status, status_of
 log = logging.getLogger(__name__)
 
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
+# Why a message waits while its team's budget is used up, the numbers left for the statement.
+_BUDGET_REASON = usage.exhausted_reason(used="{used}", tokens="{tokens}")
 SEND_TOOL = "send_message"
 
 
@@ -71,7 +77,7 @@ class SendJob(_writer.Job):
 
     def __init__(
         self, *, sender: Member, target_name: str, content: str, reply_to: str = "", kind: str = MessageKind.MESSAGE,
-        key: str | None = None, fingerprint: str = "", may_admit: bool = True,
+        key: str | None = None, fingerprint: str = "", may_admit: bool = True, records_wait: bool = True,
     ):
         super().__init__()
         if kind == MessageKind.MESSAGE:
@@ -86,7 +92,13 @@ class SendJob(_writer.Job):
         self.replayed: dict | None = None  # a keyed call made before: its stored result
         self.message_id = message_id_new()
         self.may_admit = may_admit and not faults.armed(_ADMISSION_FAULTS)
+        # A send that finds the message must wait (no session and no host, or the team's
+        # budget used up) records that try and why (docs/delivery.md); a message stored
+        # without being sent (a spawn prompt) tried nothing, and an armed fault's failure is
+        # admission's to count.
+        self.records_wait = records_wait and not faults.armed(_ADMISSION_FAULTS)
         self.admitted = False
+        self.waits = ""  # why the message waits, when the send found that it does (SQLite; PostgreSQL's statement logs it)
         self.thread_id = ""
         self.lock_order = (1, sender.team_id, target_name)
 
@@ -104,7 +116,12 @@ class SendJob(_writer.Job):
             "team": self.sender.team_id, "target": self.target_name, "limit": settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
             "may": self.may_admit, "id": self.message_id, "sender": self.sender.pk, "sender_name": self.sender.name,
             "content": self.content, "thread": self.thread_id, "reply_to": self.reply_to, "kind": self.kind,
-            "now": batch.now, "budget": settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
+            "now": batch.now, "budget": settings.STEERBOARD["TEAM_TOKEN_BUDGET"], "records_wait": self.records_wait,
+            "budget_reason": _BUDGET_REASON,
+            **{
+                hot_sql.wait_param(status): no_host_reason(target=self.target_name, status=status)
+                for status in TARGET_SESSIONLESS_STATUSES
+            },
         }
         if not self.key:
             return sql.send_piped, params
@@ -191,12 +208,22 @@ class SendJob(_writer.Job):
                 self.may_admit and self.target_status in (Status.RUNNING, Status.IDLE) and not queued_before
                 and not exhausted
             )
+            # The team's budget is used up, or no session and no host to resume it: the message
+            # waits, and this send was its try (the same words as admission's).
+            self.waits = ""
+            if self.records_wait and exhausted:
+                cursor.execute(sql.budget_reason, [
+                    _BUDGET_REASON, sender.team_id, settings.STEERBOARD["TEAM_TOKEN_BUDGET"], sender.team_id,
+                ])
+                self.waits = cursor.fetchone()[0]
+            elif self.records_wait and self.target_status in TARGET_SESSIONLESS_STATUSES and not has_host:
+                self.waits = no_host_reason(target=self.target_name, status=self.target_status)
             state = MessageState.ACCEPTED if self.admitted else MessageState.QUEUED
             cursor.execute(
                 sql.message_insert,
                 [
                     self.message_id, sender.team_id, sender.pk, self.target_id, self.content, self.seq,
-                    self.thread_id, self.reply_to, self.kind, state, 1 if self.admitted else 0,
+                    self.thread_id, self.reply_to, self.kind, state, 1 if self.admitted or self.waits else 0, self.waits,
                     now, now, now if self.admitted else None,
                 ],
             )
@@ -225,6 +252,11 @@ class SendJob(_writer.Job):
                         target=self.target_name, seq=self.seq, target_status=self.target_status, redelivery=False
                     )
                 ),
+            )
+        if self.waits:
+            batch.log(
+                team_id=sender.team_id, kind=LogKind.MESSAGE_FAILED, message_id=self.message_id,
+                data=json.dumps(failed_record(target=self.target_name, seq=self.seq, error=self.waits, waiting=True)),
             )
 
     # --- after the commit --------------------------------------------------------------------
@@ -561,7 +593,7 @@ def message_store(
     if kind == MessageKind.SPAWN_PROMPT:
         spawn_prompt_validate(content)
     job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, kind=kind,
-                  may_admit=False)
+                  may_admit=False, records_wait=False)
     run_now(job)
     return TeamMessage.objects.select_related("sender", "target").get(pk=job.message_id)
 

@@ -18,11 +18,12 @@ from django.db import connection
 
 from mailbox import sqlcount
 from mailbox.lead_log import (
-    accepted_record, delivered_record, queued_record, records_from, records_select, rows_insert, rows_values,
+    accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
+    rows_values,
 )
 from mailbox.models import (
-    PENDING_STATES, TARGET_REFUSING_PHASES, HistoryEntry, HostPresence, HumanPrompt, IdempotencyRecord, LogKind,
-    MemberUsage, MessageState, PromptState, TeamMessage,
+    PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence, HumanPrompt,
+    IdempotencyRecord, LogKind, MemberUsage, MessageState, PromptState, TeamMessage,
 )
 from mailbox.writer import Batch
 from teams.errors import TeamError
@@ -38,14 +39,45 @@ def hosts_exists(member: str, hosts: str) -> str:
     return f"EXISTS (SELECT 1 FROM {hosts} WHERE team_id = {member}.team_id)"
 
 
+def status_of(member: str) -> str:
+    """A member's status from its phase and session state, as teams.models.status_of has it."""
+    return (
+        f"CASE WHEN {member}.phase = '{Phase.ACTIVE}' THEN {member}.session_state "
+        f"WHEN {member}.phase = '{Phase.PROVISIONING}' AND {member}.session_state <> '{SessionState.INACTIVE}' "
+        f"THEN {member}.session_state ELSE {member}.phase END"
+    )
+
+
+def wait_param(status: str) -> str:
+    """The name of a send's parameter that holds why a message to a ``status`` target waits."""
+    return f"waits_{status}"
+
+
+def tokens_used(team_id: str) -> str:
+    """What a team's members' model replies used, in tokens (mailbox/usage.py: tokens_used)."""
+    member, usage = Member._meta.db_table, MemberUsage._meta.db_table
+    return (
+        f"(SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM {usage} u "
+        f"JOIN {member} um ON um.id = u.member_id WHERE um.team_id = {team_id})"
+    )
+
+
+def budget_reason(template: str, team_id: str, default: str) -> str:
+    """Why a message to the team waits while its budget is used up: ``template`` (usage's
+    exhausted_reason with ``{used}`` and ``{tokens}`` left in) with the team's numbers filled
+    in. Its placeholders come in this order: the template, the team, the default, the team."""
+    budget = f"(SELECT COALESCE(token_budget, {default}) FROM {Team._meta.db_table} WHERE id = {team_id})"
+    return (
+        f"replace(replace(CAST({template} AS text), '{{used}}', CAST({tokens_used(team_id)} AS text)), "
+        f"'{{tokens}}', CAST({budget} AS text))"
+    )
+
+
 def budget_exhausted(team_id: str, default: str) -> str:
     """Whether a team's token budget (its own, else ``default``, the setting's) is used up by
     what its members' model replies used (mailbox/usage.py); false without a budget."""
-    team, member, usage = Team._meta.db_table, Member._meta.db_table, MemberUsage._meta.db_table
-    used = (
-        f"(SELECT COALESCE(SUM(u.input_tokens + u.output_tokens), 0) FROM {usage} u "
-        f"JOIN {member} um ON um.id = u.member_id WHERE um.team_id = b.id)"
-    )
+    team = Team._meta.db_table
+    used = tokens_used("b.id")
     return (
         f"COALESCE((SELECT CASE WHEN b.budget IS NULL THEN false ELSE b.budget <= {used} END "
         f"FROM (SELECT id, COALESCE(token_budget, {default}) AS budget FROM {team} WHERE id = {team_id}) b), false)"
@@ -84,11 +116,12 @@ class Statements:
         )
         self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
         self.target_pending = f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ({pending})"
+        self.budget_reason = f"SELECT {budget_reason('%s', '%s', 'CAST(%s AS bigint)')}"
         self.reply_thread = f"SELECT id, thread_id FROM {message} WHERE id = %s AND team_id = %s AND target_id = %s"
         self.message_insert = (
             f"INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, kind, "
             f"state, attempts, last_error, created_at, queued_at, accepted_at) "
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, '', %s, %s, %s)"
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.entry_insert = (
             f"INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
@@ -154,7 +187,22 @@ class Statements:
         text = "CAST(%(target)s AS text)"
         queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = {queued})"
         pending_all = f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ({pending}))"
-        # The send's records: queued, and accepted when admitted in the same statement.
+        # The message waits (the team's budget is used up, or its target has no session and no
+        # host): the send records that as its try (attempts 1) and why (last_error, a waiting
+        # failed record), in the words admission uses (usage.exhausted_reason, filled in here,
+        # or delivery.no_host_reason for the target's status, which the job passes).
+        waits = (
+            f"(%(records_wait)s AND (t.exhausted OR (t.status IN ({_listed(*TARGET_SESSIONLESS_STATUSES)}) "
+            f"AND NOT t.has_host)))"
+        )
+        reason = (
+            f"CASE WHEN t.exhausted THEN "
+            f"{budget_reason('%(budget_reason)s', 't.team_id', 'CAST(%(budget)s AS bigint)')} "
+            + " ".join(f"WHEN t.status = '{st}' THEN CAST(%({wait_param(st)})s AS text)" for st in TARGET_SESSIONLESS_STATUSES)
+            + " ELSE '' END"
+        )
+        # The send's records: queued; accepted when admitted in the same statement, or failed
+        # (waiting) when the message waits.
         send_records = records_from(
             records_select(
                 LogKind.MESSAGE_QUEUED, queued_record(sender="CAST(%(sender_name)s AS text)", target=text, seq="t.seq"),
@@ -164,6 +212,10 @@ class Statements:
                 LogKind.MESSAGE_ACCEPTED,
                 accepted_record(target=text, seq="t.seq", target_status="t.session_state", redelivery="false"),
                 team="%(team)s", message="%(id)s", now="%(now)s", source="t", where="t.admit",
+            ),
+            records_select(
+                LogKind.MESSAGE_FAILED, failed_record(target=text, seq="t.seq", error=reason, waiting="true"),
+                team="%(team)s", message="%(id)s", now="%(now)s", source="t", where=waits,
             ),
         )
 
@@ -176,11 +228,13 @@ class Statements:
                 f"AND {pending_all} < %(limit)s {claimed}"
                 f"RETURNING id, next_seq - 1 AS seq, phase, session_state, session_channel, "
                 f"{hosts_exists(member, hosts)} AS has_host, "
-                f"({pushable} AND {queued_none} AND %(may)s AND NOT {exhausted}) AS admit, {exhausted} AS exhausted), "
+                f"({pushable} AND {queued_none} AND %(may)s AND NOT {exhausted}) AS admit, {exhausted} AS exhausted, "
+                f"team_id, {status_of(member)} AS status), "
                 f"m AS (INSERT INTO {message} (id, team_id, sender_id, target_id, content, seq, thread_id, reply_to, "
                 f"kind, state, attempts, last_error, created_at, queued_at, accepted_at) "
                 f"SELECT %(id)s, %(team)s, %(sender)s, t.id, %(content)s, t.seq, %(thread)s, %(reply_to)s, %(kind)s, "
-                f"CASE WHEN t.admit THEN {accepted} ELSE {queued} END, CASE WHEN t.admit THEN 1 ELSE 0 END, '', "
+                f"CASE WHEN t.admit THEN {accepted} ELSE {queued} END, CASE WHEN t.admit OR {waits} THEN 1 ELSE 0 END, "
+                f"CASE WHEN {waits} THEN {reason} ELSE '' END, "
                 f"%(now)s, %(now)s, CASE WHEN t.admit THEN %(now)s ELSE NULL END FROM t), "
                 f"l AS ({send_records}) "
             )

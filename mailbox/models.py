@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from teams.models import Member, Phase, Team
+from teams.models import Member, Phase, Status, Team
 
 
 def message_id_new() -> str:
@@ -37,6 +37,9 @@ PENDING_STATES = (MessageState.QUEUED, MessageState.ACCEPTED)
 COUNTED_STATES = tuple(s for s in MessageState if s != MessageState.DELIVERED)
 # A target in one of these phases takes no messages (delivery.refuse_phase says why).
 TARGET_REFUSING_PHASES = (Phase.RETIRED, Phase.FAILED)
+# A target that takes messages but has no session is in one of these; with no host connected,
+# a message to it waits (delivery.no_host_reason says why).
+TARGET_SESSIONLESS_STATUSES = (Status.PROVISIONING, Status.INACTIVE)
 
 
 class MessageKind(models.TextChoices):

@@ -123,12 +123,18 @@ def budget_of(*, team_id: int) -> Budget:
     return Budget(tokens=tokens, used=tokens_used(team_id=team_id) if tokens is not None else 0, own=own is not None)
 
 
-def exhausted_text(budget: Budget) -> str:
+def exhausted_reason(*, used, tokens) -> str:
+    """Why nothing starts a turn: the team's models used ``used`` of its ``tokens``-token budget.
+    (The send's statement fills the same words in from its ``{used}`` and ``{tokens}``.)"""
     return (
-        f"{ErrorCode.TEAM_BUDGET_EXHAUSTED}: the team's models have used {budget.used} of its "
-        f"{budget.tokens}-token budget; nothing starts a new turn until an operator raises it "
+        f"{ErrorCode.TEAM_BUDGET_EXHAUSTED}: the team's models have used {used} of its "
+        f"{tokens}-token budget; nothing starts a new turn until an operator raises it "
         "(the message is stored and is delivered, in order, once it is raised)."
     )
+
+
+def exhausted_text(budget: Budget) -> str:
+    return exhausted_reason(used=budget.used, tokens=budget.tokens)
 
 
 def teams_exhausted(*, team_ids: list[int]) -> set[int]:

@@ -16,19 +16,21 @@ StatusLiteral = Literal["provisioning", "running", "idle", "inactive", "failed",
 TaskStatusLiteral = Literal["pending", "in_progress", "completed", "deleted"]
 
 
-def _write_scope_checked(scope: str) -> str:
-    """A write scope is a relative POSIX path inside the workspace (globs allowed)."""
+def _write_scope_normalised(scope: str) -> str:
+    """A write scope is a relative POSIX path inside the workspace (globs allowed). As the
+    seed does, a leading './' and a trailing '/' are dropped ('./src/' is 'src'); what is
+    left must be clean: not absolute, no '\\', no empty, '.' or '..' segment."""
     if scope.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", scope):
         raise ValueError(f"{scope!r} is absolute; a write scope is a path relative to the workspace, like 'src/api'")
     if "\\" in scope:
         raise ValueError(f"{scope!r} uses '\\'; separate path segments with '/'")
-    segments = scope.split("/")
-    if any(s in ("", ".", "..") for s in segments):
+    normalised = scope.removeprefix("./").removesuffix("/")
+    if any(s in ("", ".", "..") for s in normalised.split("/")):
         raise ValueError(
             f"{scope!r} is not a clean relative path: no empty, '.' or '..' segments (write 'a/b', not 'a//b', "
-            "'./a' or 'a/../b')"
+            "'.', '../a' or 'a/../b')"
         )
-    return scope
+    return normalised
 
 
 def _no_duplicates(values: list[str]) -> list[str]:
@@ -38,8 +40,13 @@ def _no_duplicates(values: list[str]) -> list[str]:
     return values
 
 
-WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_write_scope_checked)]
-WriteScopes = Annotated[list[WriteScope], Field(max_length=64), AfterValidator(_no_duplicates)]
+def _duplicates_dropped(values: list[str]) -> list[str]:
+    """Each scope once, in the order first listed (after normalising: 'src' and './src/' are one)."""
+    return list(dict.fromkeys(values))
+
+
+WriteScope = Annotated[str, StringConstraints(min_length=1, max_length=500), AfterValidator(_write_scope_normalised)]
+WriteScopes = Annotated[list[WriteScope], Field(max_length=64), AfterValidator(_duplicates_dropped)]
 TaskIds = Annotated[list[TaskId], Field(max_length=256), AfterValidator(_no_duplicates)]
 
 

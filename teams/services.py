@@ -108,10 +108,12 @@ def member_spawn(*, lead: Member, name: str, description: str, prompt: str, cont
                 ErrorCode.TEAM_NAME_TAKEN,
                 f"The name {name!r} is already used in this team (names are never reused); choose another.",
             )
-        if Member.objects.filter(team=team).count() >= settings.STEERBOARD["MAX_MEMBERS_PER_TEAM"]:
+        # The bound counts teammates, as the seed's maxMembers does: the Lead is not one of them.
+        most = settings.STEERBOARD["MAX_MEMBERS_PER_TEAM"]
+        if Member.objects.filter(team=team, role=Role.TEAMMATE).count() >= most:
             raise TeamError(
                 ErrorCode.TEAM_ROSTER_FULL,
-                f"The team already has {settings.STEERBOARD['MAX_MEMBERS_PER_TEAM']} members, the most it may have.",
+                f"The team already has {most} teammates (the Lead not counted), the most it may have.",
             )
         member = Member.objects.create(
             team=team,
@@ -334,8 +336,11 @@ def task_update(
                     raise TeamError(ErrorCode.TEAM_UNKNOWN_TARGET, f"No member named {owner!r} on this team.")
                 if new_owner.phase == Phase.RETIRED:
                     raise TeamError(ErrorCode.TEAM_TARGET_RETIRED, f"{owner} is retired and cannot own tasks.")
-                # Handed over as it is: an in-progress task stays in progress for its new owner.
+                # As the seed does, the new owner gets it as its task in progress: a pending task
+                # starts (the owner may complete it at the revision reassign answers), an
+                # in-progress one stays in progress.
                 task.owner = new_owner
+                task.status = TaskStatus.IN_PROGRESS
         elif action == "delete":
             if not (member.is_lead or is_owner or task.created_by_id == member.id):
                 raise _refuse(action, "only its creator, its owner or the Lead can delete it.")

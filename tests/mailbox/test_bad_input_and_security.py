@@ -42,7 +42,7 @@ BAD_INPUT = [
     ("team_task_create", {"subject": " ", "description": "d"}, 400, "VALIDATION_ERROR"),
     ("team_task_create", {"subject": "s" * 201, "description": "d"}, 400, "VALIDATION_ERROR"),
     ("team_task_create", {"subject": "s", "description": " \n"}, 400, "VALIDATION_ERROR"),
-    ("team_task_create", {"subject": "s", "description": "d", "write_scopes": ["a", "a"]}, 400, "VALIDATION_ERROR"),
+    ("team_task_create", {"subject": "s", "description": "d", "write_scopes": ["a", "a/../b"]}, 400, "VALIDATION_ERROR"),
     ("spawn_teammate", {"name": "helper", "description": " ", "prompt": ""}, 400, "VALIDATION_ERROR"),
     ("team_task_get", {"task_id": "task-99"}, 404, "TASK_NOT_FOUND"),
     ("team_task_get", {"task_id": "task-0"}, 400, "VALIDATION_ERROR"),

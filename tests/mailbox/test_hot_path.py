@@ -161,6 +161,35 @@ async def test_a_keyed_send_admitted_after_its_commit_keeps_the_answer_admission
     assert again == {**first, "idempotent_replay": True}
 
 
+async def test_a_send_that_finds_its_target_waiting_records_its_try_and_why_in_its_own_commit(api):
+    # Issue 31: the send's own job writes attempt 1, last_error and the waiting observation;
+    # nothing after its commit (admission) is needed for them, on either database, keyed or not.
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")  # provisioning; no session, no host
+    lead = await member("alpha", "lead")
+    reason = "implementer is provisioning and no host is connected to resume it"
+    plain = hot_path.SendJob(sender=lead, target_name="implementer", content="the same words")
+    keyed_job = hot_path.SendJob(
+        sender=lead, target_name="implementer", content="the same words", **keyed("implementer", "the same words", "kw"))
+    for job in (plain, keyed_job):
+        await db.writer().run(job)  # the writer's job alone: no admission after it
+        stored = await row(job.message_id)
+        assert (stored["state"], stored["attempts"], stored["last_error"]) == ("queued", 1, reason)
+        assert await log_of(job.message_id) == [
+            ("team/message/queued", {"sender": "lead", "target": "implementer", "seq": job.seq}),
+            ("team/message/failed", {"target": "implementer", "seq": job.seq, "error": reason, "waiting": True}),
+        ]
+    await same_rows(plain.message_id, keyed_job.message_id)
+    # The caller's thread runs the same job and leaves the same rows; its admission then finds
+    # the same reason and writes nothing more.
+    now = await sync_send(lead, "implementer", "the same words")
+    await same_rows(keyed_job.message_id, now)
+    # A spawn prompt is stored, not sent: it tried nothing and says nothing.
+    stored = await row(await database_sync_to_async(lambda: hot_path.message_store(
+        sender=lead, target_name="implementer", content="stored only").id)())
+    assert (stored["attempts"], stored["last_error"]) == (0, "")
+
+
 async def test_a_refused_keyed_send_does_not_use_its_key_up(api, settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_PENDING_PER_TARGET": 1}
     team = await team_new()

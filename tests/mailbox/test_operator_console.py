@@ -87,13 +87,13 @@ async def test_the_trace_lists_every_lead_log_event_in_order_with_the_delivering
     coder = await spawn(api, team["lead"], "alpha", "coder")
     ops = await person("ops", operator=True)
 
-    # No session and no host: admission fails (a waiting observation), the message stays queued.
+    # No session and no host: the send's try finds it waiting (a waiting observation), it stays queued.
     sent = await api.ok(team["lead"], "send_message", target="coder", message="parse it")
     mid = sent["message_id"]
     trace = (await api.http.get(f"/api/v1/teams/alpha/messages/{mid}", headers=ops)).json()
     assert [e["kind"] for e in trace["events"]] == ["queued", "failed"]
     assert "no host" in trace["events"][1]["error"] and trace["events"][1]["waiting"] is True
-    assert trace["state"] == "queued" and trace["attempts"] == 0 and trace["failures"] == 0
+    assert trace["state"] == "queued" and trace["attempts"] == 1 and trace["failures"] == 0
     assert "no host" in trace["last_error"]
 
     # The session connects (admitted in its hello), reports the entry in a turn: delivered.
@@ -152,13 +152,15 @@ def counters(message_id: str) -> dict:
 
 async def test_sweeps_over_a_message_that_only_waits_count_nothing_and_log_only_a_new_reason(api):
     # Issue 14's "26 attempts for a message that only waited": a target with no session and
-    # no host makes every sweep's admission a wait, which is neither an attempt nor a failure.
+    # no host makes every sweep's admission a wait, which is neither an attempt nor a failure
+    # (the send's own try is the one attempt, issue 31).
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "coder")
     sent = await api.ok(team["lead"], "send_message", target="coder", message="wait for it")
     mid = sent["message_id"]
     first = await counters(mid)
     assert first["state"] == "queued" and "provisioning and no host" in first["last_error"]
+    assert (first["attempts"], first["failures"]) == (1, 0)
     assert len(first["failed"]) == 1 and first["failed"][0][1] is True  # a waiting observation
     for _ in range(5):
         await database_sync_to_async(recovery.messages_recover)()
@@ -171,13 +173,13 @@ async def test_sweeps_over_a_message_that_only_waits_count_nothing_and_log_only_
     for _ in range(5):
         await database_sync_to_async(recovery.messages_recover)()
     now = await counters(mid)
-    assert (now["state"], now["attempts"], now["failures"], now["repushes"]) == ("queued", 0, 0, 0)
+    assert (now["state"], now["attempts"], now["failures"], now["repushes"]) == ("queued", 1, 0, 0)
     assert "inactive and no host" in now["last_error"]
     assert [waiting for _, waiting in now["failed"]] == [True, True] and now["failed"][1][0] == now["last_error"]
     ops = await person("ops", operator=True)
     trace = (await api.http.get(f"/api/v1/teams/alpha/messages/{mid}", headers=ops)).json()
     assert [e["kind"] for e in trace["events"]] == ["queued", "failed", "failed"]
-    assert (trace["attempts"], trace["failures"]) == (0, 0)
+    assert (trace["attempts"], trace["failures"]) == (1, 0)
 
 
 async def test_team_retry_retries_the_selection_and_refuses_viewers(api):

@@ -272,12 +272,27 @@ async def test_a_teammate_that_has_run_stays_inactive_when_a_resume_fails(api):
 
 
 # --- 8. the roster bound and the limits' validation ----------------------------------------------
-async def test_the_roster_holds_eight_members_by_default(api):
+async def test_the_roster_holds_eight_teammates_by_default_the_lead_not_counted(api):
     team = await team_new()
-    for i in range(7):
+    for i in range(8):
         await api.ok(team["lead"], "spawn_teammate", name=f"m-{i}", description="d", prompt="")
-    ninth = await api.tool(team["lead"], "spawn_teammate", name="m-7", description="d", prompt="")
+    ninth = await api.tool(team["lead"], "spawn_teammate", name="m-8", description="d", prompt="")
     assert ninth.status_code == 409 and ninth.json()["error"]["code"] == "TEAM_ROSTER_FULL"
+    assert "8 teammates" in ninth.json()["error"]["message"]
+    roster = await api.ok(team["lead"], "list_agents")
+    assert len(roster["agents"]) == 9  # the Lead and its eight teammates
+
+
+async def test_with_max_members_2_the_third_teammate_is_refused(api, settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "MAX_MEMBERS_PER_TEAM": 2}
+    team = await team_new()
+    await api.ok(team["lead"], "spawn_teammate", name="one", description="d", prompt="")
+    await api.ok(team["lead"], "spawn_teammate", name="two", description="d", prompt="")
+    third = await api.tool(team["lead"], "spawn_teammate", name="three", description="d", prompt="")
+    assert third.status_code == 409 and third.json()["error"]["code"] == "TEAM_ROSTER_FULL"
+    assert third.json()["error"]["message"] == (
+        "The team already has 2 teammates (the Lead not counted), the most it may have."
+    )
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "eight"])
@@ -298,3 +313,84 @@ def test_a_positive_limit_is_taken():
         capture_output=True, text=True, timeout=60,
     )
     assert run.stdout.strip() == "12", run.stderr
+
+
+# --- 9. write scopes normalised, reassign hands a pending task over in progress (issue 31) -------
+async def test_write_scopes_are_normalised_as_the_seed_does(api):
+    team = await team_new()
+    created = await api.ok(
+        team["lead"], "team_task_create", subject="s", description="d", write_scopes=["src", "./src/", "src"]
+    )
+    assert created["task"]["write_scopes"] == ["src"]
+    edited = await api.ok(
+        team["lead"], "team_task_update", task_id="task-1", expected_revision=1, action="edit",
+        write_scopes=["./docs/", "docs/*.md", "docs"],
+    )
+    assert edited["task"]["write_scopes"] == ["docs", "docs/*.md"]
+    for scope in ("../src", "a/../b", "/etc", "C:\\src", "C:src", "a\\b", "a//b", "./", "."):
+        refused = await api.tool(team["lead"], "team_task_create", subject="s", description="d", write_scopes=[scope])
+        assert refused.status_code == 400, scope
+        error = refused.json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and error["message"].startswith("write_scopes.0"), error
+    listed = await api.ok(team["lead"], "team_task_list")
+    assert [t["id"] for t in listed["tasks"]] == ["task-1"]  # nothing refused was stored
+
+
+async def test_the_leads_reassign_of_a_pending_task_hands_it_over_in_progress(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    await api.ok(team["lead"], "team_task_create", subject="s", description="d")
+    moved = (await api.ok(
+        team["lead"], "team_task_update", task_id="task-1", expected_revision=1, action="reassign", owner="implementer"
+    ))["task"]
+    assert (moved["status"], moved["owner"]) == ("in_progress", "implementer")
+    done = await api.ok(impl, "team_task_update", task_id="task-1", expected_revision=moved["revision"], action="complete")
+    assert done["task"]["status"] == "completed"
+
+    # An in-progress task stays in progress; a task with open blockers is still refused.
+    await api.ok(team["lead"], "team_task_create", subject="blocker", description="d")
+    await api.ok(team["lead"], "team_task_create", subject="blocked", description="d", blocked_by=["task-2"])
+    refused = await api.tool(
+        team["lead"], "team_task_update", task_id="task-3", expected_revision=1, action="reassign", owner="implementer"
+    )
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "TASK_INVALID_ACTION"
+    claimed = (await api.ok(team["lead"], "team_task_update", task_id="task-2", expected_revision=1, action="claim"))["task"]
+    moved = (await api.ok(
+        team["lead"], "team_task_update", task_id="task-2", expected_revision=claimed["revision"], action="reassign",
+        owner="implementer",
+    ))["task"]
+    assert (moved["status"], moved["owner"]) == ("in_progress", "implementer")
+
+
+# --- 10. a queued message says how often delivery was tried and why it waits (issue 31) ----------
+async def test_a_queued_message_shows_its_attempt_and_why_it_waits(api):
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    session = Agent(impl)
+    await session.connect("idle")
+    await session.close()  # inactive now, and the team has no host
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="when you are back")
+    assert sent["status"] == "queued" and "do not resend" in sent["delivery"]["warnings"][0]
+    reason = "implementer is inactive and no host is connected to resume it"
+
+    ops = await operator()
+    headers = {"Authorization": f"Token {ops['token']}"}
+    shown = (await api.http.get(f"/api/v1/teams/alpha/messages/{sent['message_id']}", headers=headers)).json()
+    assert (shown["state"], shown["attempts"], shown["failures"], shown["last_error"]) == ("queued", 1, 0, reason)
+    assert [(e["kind"], e.get("error")) for e in shown["events"]] == [("queued", None), ("failed", reason)]
+
+    # The trace page shows the same.
+    @database_sync_to_async
+    def trace_page() -> str:
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        client = Client()
+        client.force_login(User.objects.get(username="op"))
+        response = client.get(f"/teams/alpha/messages/{sent['message_id']}/")
+        assert response.status_code == 200
+        return response.content.decode()
+
+    page = await trace_page()
+    assert "· 1 attempt ·" in page and f'<div class="last-error" role="note">{reason}</div>' in page
+    assert page.count(reason) == 3  # its last error, its failed event and the trace's last row (where it is now, and why)

@@ -136,6 +136,13 @@ async def test_a_used_up_budget_starts_no_turn_until_an_operator_raises_it(api):
     assert await impl.nothing("steer")
     stored = await database_sync_to_async(lambda: TeamMessage.objects.get(pk=held["message_id"]))()
     assert stored.state == "queued" and stored.last_error.startswith("TEAM_BUDGET_EXHAUSTED")
+    # The send's try is its one attempt, and its reason (written in the send's statement) is
+    # admission's to the word: admission after it found nothing new to record (issue 31).
+    assert stored.attempts == 1 and "used 1050 of its 1000-token budget" in stored.last_error
+    assert stored.last_error == held["delivery"]["warnings"][0]
+    failed = await database_sync_to_async(lambda: list(LeadLogRecord.objects.filter(
+        message_id=held["message_id"], kind=LogKind.MESSAGE_FAILED).values_list("data", flat=True)))()
+    assert failed == [{"target": "impl", "seq": stored.seq, "error": stored.last_error, "waiting": True}]
     prompt = await api.http.post("/api/v1/teams/alpha/prompts", json={"target": "impl", "content": "hi"}, headers=ops)
     assert prompt.status_code == 201, prompt.text
     assert await impl.nothing("prompt")

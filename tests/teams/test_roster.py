@@ -48,12 +48,15 @@ def test_member_names_are_kebab_case_unique_and_the_roster_is_bounded(settings):
     with pytest.raises(TeamError) as exc:
         member_spawn(lead=member, name="helper", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.LEAD_ONLY
+    # The bound counts teammates (the seed's maxMembers): with 3, the Lead and 3 teammates fit.
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_MEMBERS_PER_TEAM": 3}
     member_spawn(lead=lead, name="third", description="a teammate", prompt="")
+    member_spawn(lead=lead, name="fourth", description="a teammate", prompt="")
     with pytest.raises(TeamError) as exc:
-        member_spawn(lead=lead, name="fourth", description="a teammate", prompt="")
+        member_spawn(lead=lead, name="fifth", description="a teammate", prompt="")
     assert exc.value.code == ErrorCode.TEAM_ROSTER_FULL
-    assert Member.objects.count() == 3
+    assert exc.value.message == "The team already has 3 teammates (the Lead not counted), the most it may have."
+    assert Member.objects.count() == 4
 
 
 def test_retired_names_are_never_reused():

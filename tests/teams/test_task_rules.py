@@ -5,6 +5,7 @@ from pydantic import ValidationError
 from teams import schemas
 from teams.errors import ErrorCode
 from teams.selectors import task_get, tasks_out
+from teams.services import task_update
 from tests.teams.test_task_update import act, board, new, refused  # noqa: F401 (board is a fixture)
 
 pytestmark = pytest.mark.django_db
@@ -35,6 +36,24 @@ def test_reassign_hands_the_task_over_as_it_is(board):
     assert act(research, task, "complete").status == "completed"
 
 
+def test_reassigning_a_pending_task_makes_it_the_new_owners_task_in_progress(board):
+    lead, impl, _ = board
+    task = new(lead)
+    moved = act(lead, task, "reassign", owner="implementer")
+    assert (moved.status, moved.owner.name, moved.revision) == ("in_progress", "implementer", 2)
+    # The owner completes it at the revision reassign answered, without claiming it.
+    done = task_update(member=impl, task_id=task.public_id, expected_revision=moved.revision, action="complete")
+    assert (done.status, done.revision) == ("completed", 3)
+
+
+def test_reassign_with_no_owner_still_releases_the_task_to_pending(board):
+    lead, impl, _ = board
+    task = new(lead)
+    act(impl, task, "claim")
+    released = act(lead, task, "reassign")
+    assert (released.status, released.owner) == ("pending", None)
+
+
 def test_a_task_with_open_blockers_is_not_reassigned(board):
     lead, impl, _ = board
     blocker = new(lead)
@@ -42,7 +61,8 @@ def test_a_task_with_open_blockers_is_not_reassigned(board):
     refused(ErrorCode.TASK_INVALID_ACTION, act, lead, blocked, "reassign", owner="implementer")
     act(impl, blocker, "claim")
     act(impl, blocker, "complete")
-    assert act(lead, blocked, "reassign", owner="implementer").owner.name == "implementer"
+    moved = act(lead, blocked, "reassign", owner="implementer")
+    assert (moved.status, moved.owner.name) == ("in_progress", "implementer")
 
 
 def test_a_completed_blocker_can_be_deleted(board):
@@ -64,7 +84,9 @@ def test_a_blocker_listed_twice_is_refused_in_set_dependencies_too(board):
         schemas.TaskUpdateArgs(task_id="task-2", expected_revision=1, action="set_dependencies", blocked_by=["task-1"] * 2)
 
 
-@pytest.mark.parametrize("scope", [".", "..", "/root", "C:\\root", "C:root", "a//b", "a/../b", "./a", "a\\b", "a/"])
+@pytest.mark.parametrize(
+    "scope", [".", "..", "./", "../a", "/root", "C:\\root", "C:root", "a//b", "a/../b", "a/./b", "././a", "a//", "a\\b"]
+)
 def test_write_scopes_are_clean_relative_paths(scope):
     with pytest.raises(ValidationError) as exc:
         schemas.TaskCreateArgs(subject="s", description="d", write_scopes=[scope])
@@ -77,6 +99,20 @@ def test_relative_scopes_and_globs_are_taken(scope):
 
 
 @pytest.mark.parametrize(
+    ("scope", "stored"), [("./src", "src"), ("src/", "src"), ("./src/api/", "src/api"), ("./docs/*.md", "docs/*.md")]
+)
+def test_a_leading_dot_slash_and_a_trailing_slash_are_normalised_away(scope, stored):
+    assert schemas.TaskCreateArgs(subject="s", description="d", write_scopes=[scope]).write_scopes == [stored]
+
+
+def test_write_scopes_listed_twice_are_kept_once_as_the_seed_does():
+    args = schemas.TaskCreateArgs(subject="s", description="d", write_scopes=["src", "./src/", "docs", "src"])
+    assert args.write_scopes == ["src", "docs"]
+    edit = schemas.TaskUpdateArgs(task_id="task-1", expected_revision=1, action="edit", write_scopes=["a/", "a"])
+    assert edit.write_scopes == ["a"]
+
+
+@pytest.mark.parametrize(
     "fields",
     [
         {"subject": ""},
@@ -84,7 +120,7 @@ def test_relative_scopes_and_globs_are_taken(scope):
         {"subject": "x" * 201},
         {"description": ""},
         {"description": "\n\t "},
-        {"write_scopes": ["src", "src"]},
+        {"write_scopes": ["src", "../src"]},
     ],
 )
 def test_task_fields_are_validated_as_the_seed_does(fields):
