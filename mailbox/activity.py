@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import OuterRef, Subquery
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KeyTextTransform, KeyTransform, compile_json_path
 from django.utils import timezone
 
 from mailbox.models import EntryKind, HistoryEntry, LeadLogRecord, LogKind
@@ -87,6 +87,27 @@ class MemberActivity:
 
 
 # --- the reads ---------------------------------------------------------------------------------
+class _JsonText(KeyTextTransform):
+    """An entry's JSON field as text, NULL when absent or JSON null on both databases (Django's
+    own reads a JSON null as the text 'null' on SQLite: a model may well pass ``"sender": null``)."""
+
+    def as_sqlite(self, compiler, connection):
+        lhs, params, keys = self.preprocess_lhs(compiler, connection)
+        return f"JSON_EXTRACT({lhs}, %s)", (*params, compile_json_path(keys))
+
+
+def _field(*path: str) -> _JsonText:
+    inner = "data"
+    for key in path[:-1]:
+        inner = KeyTransform(key, inner)
+    return _JsonText(path[-1], inner)
+
+
+def _text(value) -> str | None:
+    return value if value is None or isinstance(value, str) else str(value)
+
+
+
 def members_activity(members: list[Member], *, now: datetime | None = None) -> dict[int, MemberActivity]:
     """Per member id: its activity (one read for them all; docstring above)."""
     now = now or timezone.now()
@@ -111,12 +132,13 @@ def latest_entries(*, member_ids: list[int]) -> dict[int, Latest]:
     ids = Member.objects.filter(pk__in=member_ids).annotate(newest=Subquery(newest)).values("newest")
     rows = (
         HistoryEntry.objects.filter(pk__in=ids)
-        .annotate(tool=KT("data__tool"), sender=KT("data__arguments__sender"), reason=KT("data__reason"),
-                  error=KT("data__error"))
+        .annotate(tool=_field("tool"), sender=_field("arguments", "sender"), reason=_field("reason"),
+                  error=_field("error"))
         .values_list("member_id", "kind", "created_at", "tool", "sender", "reason", "error")
     )
     return {
-        member_id: Latest(kind=kind, at=at, tool=tool, sender=sender, reason=reason, error=error)
+        member_id: Latest(kind=kind, at=at, tool=_text(tool), sender=_text(sender), reason=_text(reason),
+                          error=_text(error))
         for member_id, kind, at, tool, sender, reason, error in rows
     }
 
