@@ -187,7 +187,7 @@ def normalise(histories: dict[str, list[dict]], team: str) -> dict[str, list[dic
         if isinstance(value, str):
             if key in ("message_id", "thread_id") or value.startswith("team-message-"):
                 return label("message", value)
-            if key in ("created_at", "observed_at", "queued_at", "accepted_at", "delivered_at"):
+            if key in ("created_at", "observed_at", "queued_at", "accepted_at", "delivered_at", "since"):
                 return "<time>"
             if value == team:
                 return "<team>"
