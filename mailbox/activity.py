@@ -48,6 +48,7 @@ from teams.models import Activity, Member, Phase, SessionState, Status
 from teams.wire_format import iso
 
 WAITING_TOOLS = ("await_message", "wait_agent")
+PROVISIONING = "provisioning: waiting for its host to start it"
 DETAIL_MAX = 500  # characters of a detail (an error, a question); the full text is where it came from
 
 
@@ -107,7 +108,6 @@ def _text(value) -> str | None:
     return value if value is None or isinstance(value, str) else str(value)
 
 
-
 def members_activity(members: list[Member], *, now: datetime | None = None) -> dict[int, MemberActivity]:
     """Per member id: its activity (one read for them all; docstring above)."""
     now = now or timezone.now()
@@ -146,7 +146,9 @@ def latest_entries(*, member_ids: list[int]) -> dict[int, Latest]:
 def start_failures(*, team_id: int) -> dict[str, str]:
     """The last start failure of each member, from the team's newest member records."""
     found: dict[str, str] = {}
-    records = LeadLogRecord.objects.filter(team_id=team_id, kind=LogKind.MEMBER).order_by("-id").values_list("data", flat=True)
+    records = (
+        LeadLogRecord.objects.filter(team_id=team_id, kind=LogKind.MEMBER).order_by("-id").values_list("data", flat=True)
+    )
     for data in records[:500]:
         if isinstance(data, dict) and data.get("start_failed") and data.get("member") not in found:
             found[data["member"]] = str(data["start_failed"])
@@ -173,7 +175,7 @@ def activity_of(
         return MemberActivity(Activity.FAILED, member.status_changed_at,
                               _short(start_failure) or "its host could not start it")
     if member.status == Status.PROVISIONING:
-        return MemberActivity(Activity.INACTIVE, member.status_changed_at, "provisioning: waiting for its host to start it")
+        return MemberActivity(Activity.INACTIVE, member.status_changed_at, PROVISIONING)
     found = _session_activity(member, latest=latest, now=now, stall_after=stall_after)
     if ask is not None and found.state != Activity.WORKING:
         return MemberActivity(Activity.WAITING_HUMAN, ask.asked_at, _short(ask.question))
