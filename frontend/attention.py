@@ -179,8 +179,8 @@ def team_attention(
 
 def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     """For the team list: per team, messages stuck past the threshold, prompts waiting past it,
-    failed members and a used-up token budget (an unreachable member is shown on the team page only: telling it
-    needs the team's hosts and pending work, more than a list of teams reads)."""
+    failed members and a used-up token budget (an unreachable or a stalled member is shown on the team page only:
+    telling it needs the team's hosts and pending work, or its members' histories, more than a list of teams reads)."""
     now = timezone.now()
     stale = now - timedelta(seconds=threshold())
     counts = dict.fromkeys(team_ids, 0)
