@@ -342,6 +342,9 @@ STEERBOARD = {
     # The dashboard's "Needs attention" lists a message queued or accepted for this long
     # (seconds; frontend/attention.py). Defaults to REDELIVER_AFTER.
     "ATTENTION_AFTER": _env_float("STEERBOARD_ATTENTION_AFTER", _env_float("STEERBOARD_REDELIVER_AFTER", 10.0)),
+    # A member whose turn is open with no new history entry for this long (seconds) is
+    # "stalled" (mailbox/activity.py) and joins Needs attention.
+    "STALL_AFTER": _env_float("STEERBOARD_STALL_AFTER", 120.0),
     # Seconds between heartbeats of each server process (mailbox/presence.py).
     "HEARTBEAT_INTERVAL": _env_float("STEERBOARD_HEARTBEAT_INTERVAL", 5.0),
     # A process whose heartbeat is older than this is dead: recovery closes its

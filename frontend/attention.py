@@ -10,6 +10,9 @@ what can be done:
 - ``member``: failed to start, or unreachable: no session, no host connected to
   start it, and work (a message, a prompt) waiting for it past the threshold;
 - ``prompt``: a human prompt still queued after the threshold;
+- ``stalled``: a member whose turn is open with no history entry for
+  ``STEERBOARD_STALL_AFTER`` seconds (its activity, mailbox/activity.py), with its last
+  entry and that entry's age;
 - ``budget``: the team's token budget is used up (mailbox/usage.py): no new turn starts
   until an operator raises it. It heads the list.
 
@@ -17,7 +20,9 @@ The team list shows the same count for each team (``teams_attention_counts``: th
 same rule, ``member_reason`` for members, read for all the listed teams at once).
 
 Reads are bounded: the team's pending messages (at most the mailbox limit per
-target, read through the (state, queued_at) index), its queued prompts, its roster.
+target, read through the (state, queued_at) index), its queued prompts, its roster
+and its members' activity (one read, mailbox/activity.py; the snapshot hands over
+what it read).
 """
 from datetime import datetime, timedelta
 
@@ -25,14 +30,13 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from mailbox import activity, usage
 from mailbox import selectors as mailbox_selectors
-from mailbox import usage
 from frontend.markdown import markdown_html
 from mailbox.models import (
-    PENDING_STATES, AskState, HostPresence, HumanAsk, HumanPrompt, LeadLogRecord, LogKind, MemberUsage, MessageState,
-    PromptState, TeamMessage,
+    PENDING_STATES, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState, TeamMessage,
 )
-from teams.models import Member, Phase, Status, Team, status_of
+from teams.models import Activity, Member, Phase, SessionState, Status, Team, status_of
 from teams.wire_format import iso
 
 ITEM_WINDOW = 50  # items shown; the count is of all
@@ -76,15 +80,20 @@ def member_reason(*, phase: str, status: str, waited_for: bool, has_host: bool) 
     return ""
 
 
-def team_attention(*, team: Team) -> dict:
+def team_attention(
+    *, team: Team, roster: list[Member] | None = None, activities: dict[int, activity.MemberActivity] | None = None
+) -> dict:
     """``{"threshold", "count", "items", "due_at"}``: ``due_at`` is when the next
-    pending message or prompt crosses the threshold (the page reads again then)."""
+    pending message or prompt crosses the threshold, or the next working member
+    would stall (the page reads again then). ``roster`` and its ``activities``: what
+    the caller already read, else read here."""
     now = timezone.now()
     after = timedelta(seconds=threshold())
     items: list[dict] = []
     due: list[datetime] = []
 
-    roster = list(Member.objects.filter(team=team).order_by("id"))
+    roster = list(Member.objects.filter(team=team).order_by("id")) if roster is None else roster
+    activities = activity.members_activity(roster, now=now) if activities is None else activities
     by_id = {m.pk: m for m in roster}
     # Ordered by state first and joined to nothing: SQLite then reads the pending few through
     # the (state, queued_at) index (recovery.messages_recover's way); otherwise it walked the team's
@@ -130,7 +139,7 @@ def team_attention(*, team: Team) -> dict:
     no_session = [m for m in roster if m.status in NO_SESSION and m.pk in waiting_for]
     has_host = bool(no_session) and HostPresence.objects.filter(team=team).exists()
     failed = [m for m in roster if m.phase == Phase.FAILED]
-    errors = _start_failures(team=team) if failed else {}
+    errors = activity.start_failures(team_id=team.pk) if failed else {}
     for member in roster:
         reason = member_reason(phase=member.phase, status=member.status, waited_for=member.pk in waiting_for,
                                has_host=has_host)
@@ -145,6 +154,27 @@ def team_attention(*, team: Team) -> dict:
                 "since": iso(member.status_changed_at),
                 "seconds": round((now - member.status_changed_at).total_seconds(), 1),
                 "error": errors.get(member.name, ""),
+            }
+        )
+
+    # A turn open and nothing recorded for STALL_AFTER: the member may be hung (its activity says
+    # what it did last). Nothing rings when a member merely goes quiet: due_at reads again then.
+    for member in roster:
+        doing = activities[member.pk]
+        if doing.stalls_at is not None:
+            due.append(doing.stalls_at)
+        if doing.state != Activity.STALLED:
+            continue
+        items.append(
+            {
+                "kind": "stalled",
+                "member": member.name,
+                "status": member.status,
+                "reason": "stalled: its turn is open and nothing was recorded for "
+                          f"{round(activity.stall_after())} s",
+                "since": iso(doing.since),
+                "seconds": round((now - doing.since).total_seconds(), 1),
+                "error": doing.detail or "",
             }
         )
 
@@ -204,20 +234,11 @@ def team_attention(*, team: Team) -> dict:
     }
 
 
-def _start_failures(*, team: Team) -> dict[str, str]:
-    """The last start failure of each member, from the team's newest member records."""
-    found: dict[str, str] = {}
-    records = LeadLogRecord.objects.filter(team=team, kind=LogKind.MEMBER).order_by("-id").values_list("data", flat=True)
-    for data in records[:500]:
-        if isinstance(data, dict) and data.get("start_failed") and data.get("member") not in found:
-            found[data["member"]] = str(data["start_failed"])
-    return found
-
-
 def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     """For the team list: per team, the number the team page's list counts (messages stuck
     past the threshold, prompts waiting past it, failed or unreachable members
-    (``member_reason``), a used-up token budget), read for all the teams at once."""
+    (``member_reason``), stalled members, pending asks, a used-up token budget), read for
+    all the teams at once."""
     now = timezone.now()
     stale = now - timedelta(seconds=threshold())  # what entered its state by then has waited past it
     counts = dict.fromkeys(team_ids, 0)
@@ -251,6 +272,13 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     for team_id, pk, phase, session_state in members:
         if member_reason(phase=phase, status=status_of(phase, session_state), waited_for=pk in waiting_for, has_host=team_id in hosted):
             counts[team_id] += 1
+    # Stalled: only a member with a turn open can be; its activity reads its latest entry (one query).
+    running = list(Member.objects.filter(team_id__in=team_ids, session_state=SessionState.RUNNING,
+                                         phase=Phase.ACTIVE))
+    team_of = {m.pk: m.team_id for m in running}
+    for member_id, doing in activity.members_activity(running, now=now).items():
+        if doing.state == Activity.STALLED:
+            counts[team_of[member_id]] += 1
     asks = HumanAsk.objects.filter(team_id__in=team_ids, state=AskState.PENDING).values("team_id").annotate(n=Count("pk"))
     for row in asks:
         counts[row["team_id"]] += row["n"]  # the asks the team page heads its list with

@@ -15,7 +15,7 @@ from django.utils import timezone
 from steerboard_protocol.turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
-from mailbox import db, usage
+from mailbox import activity, db, usage
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import (
     COUNTED_STATES, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState, PromptState,
@@ -261,6 +261,7 @@ def _team_snapshot(*, team: Team) -> dict:
     )
     roster = list(team_selectors.member_list(team_id=team.pk))
     asks = mailbox_selectors.asks_of(team=team, state=AskState.PENDING, limit=PROMPT_WINDOW)
+    doing = activity.members_activity(roster)
     per_member = usage.team_usage(team_id=team.pk)
     histories = {}
     for member in roster:
@@ -277,7 +278,7 @@ def _team_snapshot(*, team: Team) -> dict:
         turns, current_turn = timeline_build(rows, status=status, sources=sources)
         members.append(
             {
-                **team_selectors.member_out(member),
+                **team_selectors.member_out(member, activity=doing[member.pk].out()),
                 "status_changed_at": iso(member.status_changed_at),
                 "counts": counts.get(member.pk, {str(state): 0 for state in MessageState}),
                 "usage": per_member.get(member.pk, usage.usage_out([])),
@@ -295,7 +296,7 @@ def _team_snapshot(*, team: Team) -> dict:
     return {
         "team": team.name,
         "generated_at": iso(timezone.now()),
-        "attention": attention.team_attention(team=team),
+        "attention": attention.team_attention(team=team, roster=roster, activities=doing),
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
         "usage": usage.usage_total(per_member),

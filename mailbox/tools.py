@@ -15,7 +15,7 @@ from django.db import transaction
 from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
-from mailbox import asks, faults, hosts, hot_path, idempotency, sessions, usage, waiting
+from mailbox import activity, asks, faults, hosts, hot_path, idempotency, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -61,7 +61,8 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
                 sender=lead, target_name=member.name, content=args.prompt, kind=MessageKind.SPAWN_PROMPT
             )
     hosts.members_start_pending(team_id=lead.team_id)
-    return {"member": selectors.member_out(member)}
+    doing = activity.members_activity([member])[member.pk]
+    return {"member": selectors.member_out(member, activity=doing.out())}
 
 
 async def _send_message(sender: Member, args: schemas.SendMessageArgs) -> dict:

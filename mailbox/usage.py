@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Sum
 
+from mailbox import activity
 from mailbox.models import MemberUsage
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode
@@ -159,10 +160,15 @@ def budget_refusal(*, team_id: int) -> str | None:
 
 
 def roster(*, team_id: int, members=None) -> dict:
-    """The roster (``members``, or the team's) with what each member's replies used, the
-    team's total and its budget (list_agents' result; the operator REST and the dashboard
-    show the same)."""
+    """The roster (``members``, or the team's) with what each member is doing (its activity)
+    and what its replies used, the team's total and its budget (list_agents' result; the
+    operator REST and the dashboard show the same)."""
     per_member = team_usage(team_id=team_id)
     members = team_selectors.member_list(team_id=team_id) if members is None else members
-    agents = [{**team_selectors.member_out(member), "usage": per_member.get(member.pk, usage_out([]))} for member in members]
+    doing = activity.members_activity(members)
+    agents = [
+        {**team_selectors.member_out(member, activity=doing[member.pk].out()),
+         "usage": per_member.get(member.pk, usage_out([]))}
+        for member in members
+    ]
     return {"agents": agents, "usage": usage_total(per_member), "budget": budget_of(team_id=team_id).out()}

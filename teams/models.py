@@ -53,6 +53,20 @@ class Status(models.TextChoices):
     RETIRED = "retired"
 
 
+class Activity(models.TextChoices):
+    """What a member is doing now, and why (docs/protocol.md, "Activity"): derived by
+    mailbox/activity.py from what the server records, never from the agent's word."""
+
+    WORKING = "working"  # a turn open: a tool running, or the model thinking
+    WAITING_PEER = "waiting_peer"  # inside await_message or wait_agent
+    WAITING_HUMAN = "waiting_human"  # a human ask of its own is pending
+    IDLE = "idle"  # a session, no turn
+    INACTIVE = "inactive"  # no session (or none yet: provisioning)
+    STALLED = "stalled"  # a turn open, no history entry for STEERBOARD_STALL_AFTER seconds
+    FAILED = "failed"  # its start or its last turn failed
+    RETIRED = "retired"
+
+
 class Member(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="members")
     name = models.CharField(max_length=63, validators=[RegexValidator(MEMBER_NAME_RE)])

@@ -13,6 +13,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 MemberName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$", max_length=63)]
 TaskId = Annotated[str, StringConstraints(pattern=r"^task-[1-9][0-9]{0,9}$")]
 StatusLiteral = Literal["provisioning", "running", "idle", "inactive", "failed", "retired"]
+ActivityLiteral = Literal[
+    "working", "waiting_peer", "waiting_human", "idle", "inactive", "stalled", "failed", "retired"
+]
 TaskStatusLiteral = Literal["pending", "in_progress", "completed", "deleted"]
 
 
@@ -113,12 +116,26 @@ class BudgetOut(BaseModel):
     source: Literal["team", "setting", "none"]
 
 
+class ActivityOut(BaseModel):
+    """What the member is doing now and why, derived from what the server records (its
+    history entries, its session's status, its host's reports), not from the agent's word."""
+
+    state: ActivityLiteral
+    since: str = Field(description="ISO 8601 UTC: when the member entered this state")
+    detail: str | None = Field(
+        description="working: the tool running, or 'thinking'; waiting_peer: whom (await_message's sender, "
+        "wait_agent); waiting_human: the question; stalled: the last entry and its age; failed: the error; "
+        "else null"
+    )
+
+
 class MemberOut(BaseModel):
     name: str
     role: Literal["lead", "teammate"]
     status: StatusLiteral
     description: str
     usage: UsageOut = Field(default_factory=UsageOut)
+    activity: ActivityOut
 
 
 class TaskOut(BaseModel):

@@ -39,9 +39,12 @@ def member_get(*, team_id: int, name: str) -> Member | None:
     return Member.objects.filter(team_id=team_id, name=name).first()
 
 
-def member_out(member: Member) -> dict:
-    """A member as the tools show it (teams.schemas.MemberOut: the model is the one list of fields)."""
-    return MemberOut(name=member.name, role=member.role, status=member.status, description=member.description).model_dump()
+def member_out(member: Member, *, activity: dict) -> dict:
+    """A member as the tools show it (teams.schemas.MemberOut: the model is the one list of fields),
+    with its ``activity`` (mailbox/activity.py derives it)."""
+    return MemberOut(
+        name=member.name, role=member.role, status=member.status, description=member.description, activity=activity
+    ).model_dump()
 
 
 def member_is_active(member: Member) -> bool:

@@ -169,7 +169,7 @@ def normalise(histories: dict[str, list[dict]], team: str) -> dict[str, list[dic
     Three observations depend on timing, not on the script, and are replaced by
     "<timing>": a send_message result's ``delivery`` (the target's status when
     admission looked), wait_agent's result (whether a teammate was still ending
-    its turn) and the member statuses in list_agents results.
+    its turn) and the member statuses and activities in list_agents results.
     """
     names: dict[str, dict[str, str]] = {}
 
@@ -187,7 +187,7 @@ def normalise(histories: dict[str, list[dict]], team: str) -> dict[str, list[dic
         if isinstance(value, str):
             if key in ("message_id", "thread_id") or value.startswith("team-message-"):
                 return label("message", value)
-            if key in ("created_at", "observed_at", "queued_at", "accepted_at", "delivered_at"):
+            if key in ("created_at", "observed_at", "queued_at", "accepted_at", "delivered_at", "since"):
                 return "<time>"
             if value == team:
                 return "<team>"
@@ -214,7 +214,7 @@ def normalise(histories: dict[str, list[dict]], team: str) -> dict[str, list[dic
                 elif entry.get("tool") == "wait_agent":
                     result = VOLATILE
                 elif entry.get("tool") == "list_agents":
-                    result["agents"] = [{**a, "status": VOLATILE} for a in result["agents"]]
+                    result["agents"] = [{**a, "status": VOLATILE, "activity": VOLATILE} for a in result["agents"]]
                 entry["result"] = result
             entries.append(walk(entry))
         out[member] = entries

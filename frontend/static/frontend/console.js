@@ -76,9 +76,9 @@ function attentionItem(item, canAct) {
   let link = null;
   if (item.message_id) {
     link = h("a", { href: teamPath("messages", item.message_id), class: "small", "data-trace-link": item.message_id }, "open trace");
-  } else if (item.kind === "prompt") {
+  } else if (item.kind === "prompt" || item.kind === "stalled") {
     link = h("a", { href: `#lane-${item.member}`, class: "small", "data-lane-link": item.member,
-      "aria-label": `Show ${item.member}'s lane and its prompts` }, "show in lane");
+      "aria-label": item.kind === "prompt" ? `Show ${item.member}'s lane and its prompts` : `Show ${item.member}'s lane` }, "show in lane");
   }
   let what;
   let action = null;
@@ -99,6 +99,8 @@ function attentionItem(item, canAct) {
   } else if (item.kind === "ask") {
     what = askWhat(item);
     if (canAct) action = askAnswerControls(item);
+  } else if (item.kind === "stalled") {
+    what = [h("b", {}, item.member), " stalled: turn open, nothing recorded ", since(item.since, "for {age}")];
   } else if (item.kind === "budget") {
     what = [h("b", {}, "token budget used up"), `: ${item.used} of ${item.tokens} tokens, `, since(item.since, `since {age}`)];
     if (canAct) {
@@ -111,8 +113,9 @@ function attentionItem(item, canAct) {
     class: `attention-item attention-${item.kind}`, "data-attention": item.kind,
     // Not data-member: on this page [data-member="<name>"] is that member's lane, one element
     // per member (docs/dashboard.md), and tests and scripts select the lane by it alone.
-    "data-message-id": item.message_id || null, "data-attention-member": item.kind === "member" ? item.member : null,
-    "data-target": item.kind === "member" ? null : item.member, "data-prompt-id": item.prompt_id || null,
+    "data-message-id": item.message_id || null,
+    "data-attention-member": item.kind === "member" || item.kind === "stalled" ? item.member : null,
+    "data-target": item.kind === "member" || item.kind === "stalled" ? null : item.member, "data-prompt-id": item.prompt_id || null,
     "data-ask-id": item.ask_id || null,
   },
   h("span", { class: "attention-what" }, what),

@@ -331,6 +331,20 @@ function budgetLine(budget) {
   `budget ${tokensText(budget.used)} of ${tokensText(budget.tokens)} tokens`, budget.exhausted ? " · used up: no new turn starts" : "");
 }
 
+// What a member is doing now, and why (its activity, derived by the server: docs/dashboard.md).
+const ACTIVITY_LABEL = {
+  working: "working", waiting_peer: "waiting for a peer", waiting_human: "waiting for a human", idle: "idle",
+  inactive: "inactive", stalled: "stalled", failed: "failed", retired: "retired",
+};
+
+function activityLine(activity) {
+  if (!activity) return null;
+  return h("div", { class: `activity activity-${activity.state} small`, "data-activity": activity.state },
+    h("span", { class: `pill activity-pill activity-${activity.state}` }, ACTIVITY_LABEL[activity.state] || activity.state),
+    activity.detail ? h("span", { class: "activity-detail", "data-activity-detail": "" }, ` ${activity.detail} `) : " ",
+    timeAgo(activity.since, "for {age}", { class: "muted", "data-activity-since": "" }));
+}
+
 function lane(team, member, canAct, openState, color) {
   const counts = member.counts;
   const cols = STATES.map((st) => {
@@ -376,6 +390,7 @@ function lane(team, member, canAct, openState, color) {
         ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member", "aria-label": `Retry all undelivered messages to ${member.name}`,
             onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
         : null),
+    activityLine(member.activity),
     member.description ? h("p", { class: "desc muted small" }, member.description) : null,
     h("div", { class: "pictures" },
       h("div", { class: "bar-wrap" }, stateBar(counts),
