@@ -9,11 +9,11 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import delivery, hot_path, lead_log, queue_adapter
+from mailbox import asks, delivery, hot_path, lead_log, queue_adapter
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services
-from teams.models import Member, Phase
+from teams.models import Member, Phase, SessionState
 from teams.wire_format import iso
 
 pytestmark = pytest.mark.django_db
@@ -191,6 +191,16 @@ def test_the_team_list_and_the_team_page_count_the_same_items_unreachable_member
     TeamMessage.objects.filter(pk=fresh.pk).update(state=MessageState.DELIVERED)
     listed, shown = both()
     assert listed == shown == {"alpha": 5, "beta": 0}
+    # A member with a turn open and nothing recorded for STALL_AFTER: stalled, on both.
+    settings.STEERBOARD = {**settings.STEERBOARD, "STALL_AFTER": 30.0}
+    Member.objects.filter(pk=lead.pk).update(
+        phase=Phase.ACTIVE, session_state=SessionState.RUNNING, status_changed_at=timezone.now() - timedelta(minutes=5))
+    listed, shown = both()
+    assert listed == shown == {"alpha": 6, "beta": 0}
+    # A question to a person: one more, on both.
+    asks.ask_create(member=coder, question="Ship it?", options=[])
+    listed, shown = both()
+    assert listed == shown == {"alpha": 7, "beta": 0}
 
 
 def test_a_prompt_waiting_for_a_member_needs_attention_past_the_threshold(client, settings):
