@@ -348,7 +348,9 @@ class AgentConsumer(_JsonFrames):
     async def _tool_run(self, frame: "wire.ToolFrame") -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
         try:
-            answer["result"] = await tools.tool_call(member=self.member, name=frame.name, arguments=frame.arguments)
+            answer["result"] = await tools.tool_call(
+                member=self.member, name=frame.name, arguments=frame.arguments, transport="ws"
+            )
         except TeamError as exc:
             answer.update(exc.as_wire())
         except Exception as exc:

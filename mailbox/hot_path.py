@@ -24,12 +24,13 @@ prompt stored with its roster entry, recovery, management commands and tests.
 import asyncio
 import json
 import logging
+import time
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, metrics, quota, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -89,6 +90,7 @@ class SendJob(_writer.Job):
         self.admitted = False
         self.thread_id = ""
         self.lock_order = (1, sender.team_id, target_name)
+        self.started, self.transport = time.monotonic(), metrics.transport.get()
 
     # --- PostgreSQL: one statement -----------------------------------------------------------
     def piped(self, batch) -> tuple[str, dict] | None:
@@ -229,6 +231,10 @@ class SendJob(_writer.Job):
 
     # --- after the commit --------------------------------------------------------------------
     def committed(self) -> None:
+        if self.replayed is None:
+            metrics.message_sent(
+                team_id=self.sender.team_id, via=self.transport, admitted=self.admitted, started=self.started
+            )
         if self.admitted:  # otherwise message_admit_stored reaches the point, before its admission
             faults.crash_point("after_queued_commit")
 
@@ -292,6 +298,7 @@ class EntryJob(_writer.Job):
         self.data = json.dumps(entry.as_stored())
         self.usage = entry.usage
         self.delivered = False
+        self.queued_at = None  # the delivered message's, for the send-to-delivered latency
 
     def execute(self, batch) -> None:
         sql = hot_sql.statements(batch.db)
@@ -315,7 +322,9 @@ class EntryJob(_writer.Job):
                     member.pk, usage.model, usage.input_tokens, usage.output_tokens, usage.cached_tokens, now,
                 ])
             if self.message_id and not self._delivered_deferred():
-                self.delivered = _delivered(cursor, batch, member=member, message_id=self.message_id)
+                marked = _delivered(cursor, batch, member=member, message_id=self.message_id)
+                self.delivered = marked is not None
+                self.queued_at = marked[1] if marked else None
             self.result = inserted is not None
             if self.message_id and not self.delivered:  # folded, deferred, cancelled, or not this member's
                 cursor.execute(sql.message_state, [self.message_id, member.pk])
@@ -348,7 +357,7 @@ class EntryJob(_writer.Job):
         return sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
-        inserted, seq, state = row
+        inserted, seq, state, self.queued_at = row
         self.delivered = seq is not None
         if self.message_id and state is None:
             with hot_sql.HotCursor(batch.db) as cursor:
@@ -372,6 +381,8 @@ class EntryJob(_writer.Job):
         return False
 
     def committed(self) -> None:
+        if self.delivered:
+            metrics.message_delivered(team_id=self.member.team_id, queued_at=self.queued_at)
         faults.crash_point("after_entry")
 
     def rings(self) -> list[tuple[int, str, dict]]:
@@ -438,26 +449,33 @@ class DeliveredJob(_writer.Job):
 
     def execute(self, batch) -> None:
         with hot_sql.HotCursor(batch.db) as cursor:
-            self.result = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+            marked = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+        self.result = marked is not None
+        self.queued_at = marked[1] if marked else None
+
+    def committed(self) -> None:
+        if self.result:
+            metrics.message_delivered(team_id=self.target.team_id, queued_at=self.queued_at)
 
     def rings(self) -> list[tuple[int, str, dict]]:
         return [(self.target.team_id, "message", {"target": self.target.name})] if self.result else []
 
 
-def _delivered(cursor, batch, *, member: Member, message_id: str) -> bool:
+def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | None:
     """``delivered`` for a pending message of ``member`` whose entry its history holds, with
-    its record; False when it is not (already delivered, or no such entry)."""
+    its record: the message's (seq, queued_at); None when it is not (already delivered, or no
+    such entry)."""
     sql = hot_sql.statements(batch.db)
     now = batch.now_db
     cursor.execute(sql.mark_delivered, [now, now, message_id, member.pk, member.pk, message_id])
     marked = cursor.fetchone()
     if marked is None:
-        return False
+        return None
     batch.log(
         team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=message_id,
         data=json.dumps(delivered_record(target=member.name, seq=marked[0])),
     )
-    return True
+    return marked
 
 
 _budget_checks: set[asyncio.Task] = set()

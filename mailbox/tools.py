@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import faults, hosts, hot_path, idempotency, sessions, usage, waiting
+from mailbox import faults, hosts, hot_path, idempotency, metrics, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -228,8 +228,26 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-async def tool_call(*, member: Member, name: str, arguments: dict) -> dict:
-    """Validate, authorise and run one tool; raise TeamError for every refusal."""
+async def tool_call(*, member: Member, name: str, arguments: dict, transport: str = "internal") -> dict:
+    """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
+    (``metrics.TRANSPORTS``): what the call came through, for the metrics."""
+    token = metrics.transport.set(transport)
+    label = name if name in TOOLS else "unknown"  # no caller-chosen label values
+    try:
+        result = await _tool_call(member=member, name=name, arguments=arguments)
+    except TeamError as exc:
+        metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))
+        raise
+    except Exception:
+        metrics.tool_called(tool=label, outcome="error")
+        raise
+    finally:
+        metrics.transport.reset(token)
+    metrics.tool_called(tool=label, outcome="ok")
+    return result
+
+
+async def _tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     tool = TOOLS.get(name)
     if tool is None:
         raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the nine.")
