@@ -312,9 +312,18 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # LOG_FORMAT=json: one JSON object per line, with team, member and message id where they
+    # apply (config/log_format.py; docs/operations.md, "Monitoring").
+    "formatters": {"json": {"()": "config.log_format.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+if os.environ.get("LOG_FORMAT", "").lower() == "json":
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+elif os.environ.get("LOG_FORMAT", "").lower() not in ("", "text"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"LOG_FORMAT is 'text' (the default) or 'json', not {os.environ['LOG_FORMAT']!r}.")
 
 # --- Steerboard limits and timings (architecture.md section 6) --------------
 STEERBOARD = {

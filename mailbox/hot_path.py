@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, metrics, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -376,7 +376,8 @@ class EntryJob(_writer.Job):
             faults.inject("delivered_record")
         except faults.TemporaryDeliveryError:
             # The entry is durable; recovery (reconcile, or the session's next report) writes delivered.
-            log.warning("delivered record for %s deferred to recovery", self.message_id)
+            log.warning("delivered record for %s deferred to recovery", self.message_id,
+                        extra={"message_id": self.message_id, **log_context.of_member(self.member)})
             return True
         return False
 

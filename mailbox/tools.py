@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import faults, hosts, hot_path, idempotency, metrics, sessions, usage, waiting
+from mailbox import faults, hosts, hot_path, idempotency, log_context, metrics, sessions, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -232,6 +232,7 @@ async def tool_call(*, member: Member, name: str, arguments: dict, transport: st
     """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
     (``metrics.TRANSPORTS``): what the call came through, for the metrics."""
     token = metrics.transport.set(transport)
+    bound = log_context.bind(**log_context.of_member(member))
     label = name if name in TOOLS else "unknown"  # no caller-chosen label values
     try:
         result = await _tool_call(member=member, name=name, arguments=arguments)
@@ -243,6 +244,7 @@ async def tool_call(*, member: Member, name: str, arguments: dict, transport: st
         raise
     finally:
         metrics.transport.reset(token)
+        log_context.reset(bound)
     metrics.tool_called(tool=label, outcome="ok")
     return result
 
