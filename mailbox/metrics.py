@@ -18,6 +18,7 @@ process's own (scrape every process and sum).
 Labels are low-cardinality: the team's name, the transport, the state, the tool, the
 outcome, the error code; never a message or a member.
 """
+import bisect
 import contextvars
 import ipaddress
 import threading
@@ -27,9 +28,8 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db.models import Count, Min
-from prometheus_client import CollectorRegistry, Counter, Histogram, exposition
-from prometheus_client import gc_collector, platform_collector, process_collector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, exposition, gc_collector, platform_collector, process_collector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from mailbox.models import PENDING_STATES, HostPresence, LogKind, SessionPresence, TeamMessage
 from teams.models import Member, Team, status_of
@@ -60,24 +60,29 @@ def enabled() -> bool:
     return settings.STEERBOARD.get("METRICS", True)
 
 
-class _Counts:
-    """Counts by a key (the team's id first), added to from any thread."""
+class _Histogram:
+    """A histogram kept as plain counts under the module's lock: one bisect and one lock per
+    observation (prometheus_client's own takes a lock per bucket and per sum)."""
 
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._tally: _Tally = _Tally()
+    def __init__(self, name: str, documentation: str, buckets: tuple):
+        self.name, self.documentation, self.bounds = name, documentation, buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last: above every bound
+        self.sum = 0.0
 
-    def add(self, key: tuple, n: int = 1) -> None:
-        with self._lock:
-            self._tally[key] += n
+    def observe(self, value: float) -> None:
+        i = bisect.bisect_left(self.bounds, value)
+        with _lock:
+            self.counts[i] += 1
+            self.sum += value
 
-    def items(self) -> list[tuple[tuple, int]]:
-        with self._lock:
-            return list(self._tally.items())
-
-    def clear(self) -> None:
-        with self._lock:
-            self._tally.clear()
+    def family(self) -> HistogramMetricFamily:
+        with _lock:
+            counts, total = list(self.counts), self.sum
+        cumulative, buckets = 0, []
+        for bound, n in zip((*map(repr, map(float, self.bounds)), "+Inf"), counts, strict=True):
+            cumulative += n
+            buckets.append((bound, cumulative))
+        return HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
 
 registry = CollectorRegistry()  # auto_describe off: the mailbox collector reads the database only when scraped
@@ -85,32 +90,27 @@ process_collector.ProcessCollector(registry=registry)
 platform_collector.PlatformCollector(registry=registry)
 gc_collector.GCCollector(registry=registry)
 
-_sent = _Counts()  # (team id, transport)
-_transitions = _Counts()  # (team id, state)
+_lock = threading.Lock()
+_sent: dict[tuple, int] = {}  # (team id, transport)
+_transitions: dict[tuple, int] = {}  # (team id, state)
+_tool_calls: dict[tuple, int] = {}  # (tool, outcome)
+_refusals: dict[str, int] = {}  # code
 
-send_to_accepted = Histogram(
+send_to_accepted = _Histogram(
     "steerboard_send_to_accepted_seconds",
     "From a send reaching the server to its message accepted (pushed, or its target asked for), "
     "first acceptances only.",
-    buckets=LATENCY_BUCKETS, registry=registry,
+    LATENCY_BUCKETS,
 )
-send_to_delivered = Histogram(
-    "steerboard_send_to_delivered_seconds",
-    "From a message queued to its target's history holding it.",
-    buckets=LATENCY_BUCKETS, registry=registry,
+send_to_delivered = _Histogram(
+    "steerboard_send_to_delivered_seconds", "From a message queued to its target's history holding it.",
+    LATENCY_BUCKETS,
 )
-tool_calls = Counter(
-    "steerboard_tool_calls", "Tool calls by tool and outcome (ok, refused with a code, error).",
-    ["tool", "outcome"], registry=registry,
+writer_batch_size = _Histogram("steerboard_writer_batch_size", "Jobs committed in one writer batch.", BATCH_BUCKETS)
+writer_commit_seconds = _Histogram(
+    "steerboard_writer_commit_seconds", "A writer batch from its first statement to its commit.", LATENCY_BUCKETS,
 )
-refusals = Counter("steerboard_refusals", "Tool calls refused, by error code.", ["code"], registry=registry)
-writer_batch_size = Histogram(
-    "steerboard_writer_batch_size", "Jobs committed in one writer batch.", buckets=BATCH_BUCKETS, registry=registry,
-)
-writer_commit_seconds = Histogram(
-    "steerboard_writer_commit_seconds", "A writer batch from its first statement to its commit.",
-    buckets=LATENCY_BUCKETS, registry=registry,
-)
+HISTOGRAMS = (send_to_accepted, send_to_delivered, writer_batch_size, writer_commit_seconds)
 
 
 # --- counted where the transitions commit -----------------------------------------------------------
@@ -119,10 +119,13 @@ def message_sent(*, team_id: int, via: str, admitted: bool, started: float) -> N
     commit); ``started``: ``time.monotonic()`` when the send reached the server."""
     if not enabled():
         return
-    _sent.add((team_id, via))
-    _transitions.add((team_id, "queued"))
+    sent, queued, accepted = (team_id, via), (team_id, "queued"), (team_id, "accepted")
+    with _lock:
+        _sent[sent] = _sent.get(sent, 0) + 1
+        _transitions[queued] = _transitions.get(queued, 0) + 1
+        if admitted:
+            _transitions[accepted] = _transitions.get(accepted, 0) + 1
     if admitted:
-        _transitions.add((team_id, "accepted"))
         send_to_accepted.observe(time.monotonic() - started)
 
 
@@ -130,7 +133,9 @@ def message_delivered(*, team_id: int, queued_at) -> None:
     """A ``delivered`` record committed; ``queued_at`` as the driver returned it."""
     if not enabled():
         return
-    _transitions.add((team_id, "delivered"))
+    key = (team_id, "delivered")
+    with _lock:
+        _transitions[key] = _transitions.get(key, 0) + 1
     if queued_at is not None:
         send_to_delivered.observe(max(0.0, time.time() - _timestamp(queued_at)))
 
@@ -142,7 +147,9 @@ def records_logged(*, team_id: int, kind: str, count: int = 1, first_accepted: l
     state = STATE_OF_KIND.get(kind)
     if state is None or not enabled():
         return
-    _transitions.add((team_id, state), count)
+    key = (team_id, state)
+    with _lock:
+        _transitions[key] = _transitions.get(key, 0) + count
     now = time.time()
     for queued_at in first_accepted or ():
         send_to_accepted.observe(max(0.0, now - _timestamp(queued_at)))
@@ -151,9 +158,11 @@ def records_logged(*, team_id: int, kind: str, count: int = 1, first_accepted: l
 def tool_called(*, tool: str, outcome: str, code: str = "") -> None:
     if not enabled():
         return
-    tool_calls.labels(tool, outcome).inc()
-    if code:
-        refusals.labels(code).inc()
+    key = (tool, outcome)
+    with _lock:
+        _tool_calls[key] = _tool_calls.get(key, 0) + 1
+        if code:
+            _refusals[code] = _refusals.get(code, 0) + 1
 
 
 def batch_committed(jobs: int, seconds: float) -> None:
@@ -180,7 +189,10 @@ class _MailboxCollector:
         sent = CounterMetricFamily(
             "steerboard_messages_sent", "Messages stored by a send, by team and transport.", labels=["team", "transport"]
         )
-        for (team_id, via), n in sorted(_sent.items()):
+        with _lock:
+            sent_counts, transition_counts = list(_sent.items()), list(_transitions.items())
+            tool_counts, refusal_counts = list(_tool_calls.items()), list(_refusals.items())
+        for (team_id, via), n in sorted(sent_counts):
             if team_id in names:
                 sent.add_metric([names[team_id], via], n)
         yield sent
@@ -189,10 +201,23 @@ class _MailboxCollector:
             "Message transitions, one per Lead-log record (accepted counts re-pushes too).",
             labels=["team", "state"],
         )
-        for (team_id, state), n in sorted(_transitions.items()):
+        for (team_id, state), n in sorted(transition_counts):
             if team_id in names:
                 transitions.add_metric([names[team_id], state], n)
         yield transitions
+        calls = CounterMetricFamily(
+            "steerboard_tool_calls", "Tool calls by tool and outcome (ok, refused with a code, error).",
+            labels=["tool", "outcome"],
+        )
+        for (tool, outcome), n in sorted(tool_counts):
+            calls.add_metric([tool, outcome], n)
+        yield calls
+        refused = CounterMetricFamily("steerboard_refusals", "Tool calls refused, by error code.", labels=["code"])
+        for code, n in sorted(refusal_counts):
+            refused.add_metric([code], n)
+        yield refused
+        for histogram in HISTOGRAMS:
+            yield histogram.family()
         yield from _gauges(names)
 
 
@@ -267,6 +292,10 @@ def scraper_allowed(address: str) -> bool:
 
 
 def reset() -> None:
-    """Forget this process's counts of sends and transitions (tests)."""
-    _sent.clear()
-    _transitions.clear()
+    """Forget this process's counts (tests)."""
+    with _lock:
+        for counts in (_sent, _transitions, _tool_calls, _refusals):
+            counts.clear()
+        for histogram in HISTOGRAMS:
+            histogram.counts = [0] * len(histogram.counts)
+            histogram.sum = 0.0
