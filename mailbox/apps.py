@@ -11,10 +11,11 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import db, events, hot_sql, lead_log, metrics, outage, recovery
+        from mailbox import db, events, hot_sql, lead_log, metrics, outage, recovery, tracing
         from teams import services as team_services
 
         outage.install_log_filter()  # no traceback per request while the database is away
+        tracing.configure()  # off unless OTEL_* asks for traces
         # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,
         # which sits above mailbox/db.py: db is handed them, it does not import them.
         db.writer_parts_install(

@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, tracing, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -513,16 +513,24 @@ async def message_send(
         idempotency.prune_soon()
     job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, key=key,
                   fingerprint=fingerprint)
-    await writer().run(job)
-    if job.replayed is not None:
-        if "delivery" in job.replayed:
-            return {**job.replayed, "idempotent_replay": True}
-        return await to_db_thread(_replayed_now)(job.replayed)
-    if job.admitted:
-        return job.answer
-    # Anything but a plain push (a resume, a target with messages queued before this
-    # one, a test's armed fault) is admitted by target_admit, as before.
-    return await to_db_thread(_admit_and_answer)(job)
+    with tracing.send_span(sender=sender, target=target_name) as span:
+        await writer().run(job)
+        replayed = job.replayed is not None
+        tracing.sent(span, message_id=job.replayed["message_id"] if replayed else job.message_id,
+                     thread_id=job.replayed.get("thread_id", "") if replayed else job.thread_id,
+                     seq=getattr(job, "seq", None), admitted=job.admitted, replayed=replayed)
+        if replayed:
+            if "delivery" in job.replayed:
+                return {**job.replayed, "idempotent_replay": True}
+            return await to_db_thread(_replayed_now)(job.replayed)
+        if job.admitted:
+            return job.answer
+        # Anything but a plain push (a resume, a target with messages queued before this
+        # one, a test's armed fault) is admitted by target_admit, as before.
+        answer = await to_db_thread(_admit_and_answer)(job)
+        if span is not None and answer.get("status") == "accepted":
+            span.add_event("accepted")
+        return answer
 
 
 def _admit_and_answer(job: SendJob) -> dict:

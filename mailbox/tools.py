@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import transaction
 from pydantic import BaseModel
 
-from mailbox import faults, hosts, hot_path, idempotency, log_context, metrics, sessions, usage, waiting
+from mailbox import faults, hosts, hot_path, idempotency, log_context, metrics, sessions, tracing, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -228,14 +228,20 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-async def tool_call(*, member: Member, name: str, arguments: dict, transport: str = "internal") -> dict:
+async def tool_call(
+    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None
+) -> dict:
     """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
-    (``metrics.TRANSPORTS``): what the call came through, for the metrics."""
+    (``metrics.TRANSPORTS``): what the call came through, for the metrics; ``headers``: the
+    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py)."""
     token = metrics.transport.set(transport)
-    bound = log_context.bind(**log_context.of_member(member))
+    fields = log_context.of_member(member)
+    bound = log_context.bind(**fields)
     label = name if name in TOOLS else "unknown"  # no caller-chosen label values
     try:
-        result = await _tool_call(member=member, name=name, arguments=arguments)
+        with tracing.tool_span(name=label, team=fields["team"], member=member.name, transport=transport,
+                               headers=headers):
+            result = await _tool_call(member=member, name=name, arguments=arguments)
     except TeamError as exc:
         metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))
         raise
