@@ -27,6 +27,7 @@ from collections import Counter as _Tally
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db.models import Count, Min
 from prometheus_client import CollectorRegistry, exposition, gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -57,7 +58,20 @@ CONTENT_TYPE = exposition.CONTENT_TYPE_LATEST
 
 
 def enabled() -> bool:
-    return settings.STEERBOARD.get("METRICS", True)
+    if _on is None:
+        _settings_read()
+    return _on
+
+
+_on: bool | None = None  # STEERBOARD["METRICS"], read once (and again when a test changes the settings)
+
+
+def _settings_read(**kwargs) -> None:
+    global _on
+    _on = bool(settings.STEERBOARD.get("METRICS", True))
+
+
+setting_changed.connect(_settings_read, dispatch_uid="steerboard-metrics-settings")
 
 
 class _Histogram:
@@ -70,10 +84,13 @@ class _Histogram:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        i = bisect.bisect_left(self.bounds, value)
         with _lock:
-            self.counts[i] += 1
-            self.sum += value
+            self.observe_locked(value)
+
+    def observe_locked(self, value: float) -> None:
+        """``observe`` for a caller that holds the module's lock already."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
 
     def family(self) -> HistogramMetricFamily:
         with _lock:
@@ -120,13 +137,13 @@ def message_sent(*, team_id: int, via: str, admitted: bool, started: float) -> N
     if not enabled():
         return
     sent, queued, accepted = (team_id, via), (team_id, "queued"), (team_id, "accepted")
+    waited = time.monotonic() - started if admitted else 0.0
     with _lock:
         _sent[sent] = _sent.get(sent, 0) + 1
         _transitions[queued] = _transitions.get(queued, 0) + 1
         if admitted:
             _transitions[accepted] = _transitions.get(accepted, 0) + 1
-    if admitted:
-        send_to_accepted.observe(time.monotonic() - started)
+            send_to_accepted.observe_locked(waited)
 
 
 def message_delivered(*, team_id: int, queued_at) -> None:
@@ -134,10 +151,11 @@ def message_delivered(*, team_id: int, queued_at) -> None:
     if not enabled():
         return
     key = (team_id, "delivered")
+    waited = max(0.0, time.time() - _timestamp(queued_at)) if queued_at is not None else None
     with _lock:
         _transitions[key] = _transitions.get(key, 0) + 1
-    if queued_at is not None:
-        send_to_delivered.observe(max(0.0, time.time() - _timestamp(queued_at)))
+        if waited is not None:
+            send_to_delivered.observe_locked(waited)
 
 
 def records_logged(*, team_id: int, kind: str, count: int = 1, first_accepted: list | None = None) -> None:
@@ -168,8 +186,9 @@ def tool_called(*, tool: str, outcome: str, code: str = "") -> None:
 def batch_committed(jobs: int, seconds: float) -> None:
     if not enabled():
         return
-    writer_batch_size.observe(jobs)
-    writer_commit_seconds.observe(seconds)
+    with _lock:
+        writer_batch_size.observe_locked(jobs)
+        writer_commit_seconds.observe_locked(seconds)
 
 
 def _timestamp(value) -> float:
