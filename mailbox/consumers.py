@@ -14,7 +14,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import auth, events, hot_path, log_context, outage, presence, quota, recovery, sessions, sweeper, tools, wire
+from mailbox import (
+    auth, events, hot_path, log_context, outage, presence, quota, recovery, sessions, sweeper, tools, tracing, wire,
+)
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
@@ -350,7 +352,8 @@ class AgentConsumer(_JsonFrames):
         answer: dict = {"type": "tool_result", "id": frame.id}
         try:
             answer["result"] = await tools.tool_call(
-                member=self.member, name=frame.name, arguments=frame.arguments, transport="ws"
+                member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
+                headers=tracing.frame_headers(frame),
             )
         except TeamError as exc:
             answer.update(exc.as_wire())

@@ -3,7 +3,7 @@ variables ask for an exporter, and then a span for each tool call and, inside a
 ``send_message``, one for the send with its ``queued`` and ``accepted`` events.
 
 A caller's W3C ``traceparent`` (and ``tracestate``) on a REST tool call or an ``/mcp``
-request is the parent of the tool call's span, so a trace follows the call from the
+request, or in a websocket ``tool`` frame, is the parent of the tool call's span, so a trace follows the call from the
 sender's own. Attribute names follow the semantic conventions where one fits: GenAI's
 ``execute_tool`` span (``gen_ai.tool.name``) for a tool call, messaging's ``send`` span
 (``messaging.system``, ``messaging.destination.name``, ``messaging.message.id``) for a send.
@@ -93,6 +93,16 @@ def _parent(headers):
     from opentelemetry.propagate import extract
 
     return extract(carrier)
+
+
+def frame_headers(frame) -> list[tuple[bytes, bytes]] | None:
+    """A websocket ``tool`` frame's ``traceparent`` / ``tracestate`` as a request's headers."""
+    if not enabled or not frame.traceparent:
+        return None
+    headers = [(b"traceparent", frame.traceparent.encode("latin-1", "replace"))]
+    if frame.tracestate:
+        headers.append((b"tracestate", frame.tracestate.encode("latin-1", "replace")))
+    return headers
 
 
 @contextlib.contextmanager

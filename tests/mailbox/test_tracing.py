@@ -105,3 +105,19 @@ def test_a_json_log_line_inside_a_span_names_its_trace(spans):
         line = json.loads(JsonFormatter().format(record))
     assert line["trace_id"] == f"{span.get_span_context().trace_id:032x}"
     assert line["span_id"] == f"{span.get_span_context().span_id:016x}"
+
+
+async def test_a_websocket_tool_frame_continues_the_trace_its_traceparent_names(api, spans):
+    team = await team_new()
+    lead = Agent(team["lead"])
+    await lead.connect("running")
+    await lead.send({"type": "tool", "id": "c1", "name": "list_agents", "arguments": {},
+                     "traceparent": f"00-{TRACE_ID}-{PARENT}-01"})
+    assert "result" in await lead.expect("tool_result")
+    await lead.send({"type": "tool", "id": "c2", "name": "list_agents", "arguments": {}, "traceparent": "garbage"})
+    assert "result" in await lead.expect("tool_result")  # a context that does not parse is ignored
+    first, second = [s for s in spans.get_finished_spans() if s.name == "execute_tool list_agents"]
+    assert f"{first.context.trace_id:032x}" == TRACE_ID and f"{first.parent.span_id:016x}" == PARENT
+    assert first.attributes["steerboard.transport"] == "ws"
+    assert f"{second.context.trace_id:032x}" != TRACE_ID
+    await lead.close()
