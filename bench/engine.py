@@ -22,7 +22,10 @@ server, without and with an idempotency_key on each send (--phases unkeyed,keyed
 message with one keyed send_message to the next session: --phases sdk), their
 delivered msg/s beside the bare POST rate. (7) The sessions axis on a fresh
 server (--phases sessions): send→delivered at --light-rate with 8 and with
---idle-sessions connected sessions, same run. Then summaries against the targets
+--idle-sessions connected sessions, same run. (8) The metrics axis (--phases
+metrics): unkeyed saturation on fresh servers with STEERBOARD_METRICS off and
+on, alternating --metrics-rounds times; server CPU per delivered message and
+delivered msg/s, on / off (issue 29: at most 3 % dearer). Then summaries against the targets
 of issues 11 and 32. The load comes from worker processes (bench/lean.py:
 `websockets` and aiohttp, no Django; the SDK sessions and the idle sessions in
 worker processes of their own); their CPU is printed beside each saturation
@@ -49,7 +52,7 @@ from lean import (JSON_LIB, Pool, Unsupported, all_cpu_seconds, loadavg, machine
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 WARM = 1.0  # seconds of bare POST load before its window opens
-PHASES = ("unkeyed", "keyed", "sdk", "light", "sql", "sessions")
+PHASES = ("unkeyed", "keyed", "sdk", "light", "sql", "sessions", "metrics")
 
 
 def section(title: str) -> None:
@@ -659,6 +662,46 @@ def sql_pass(pool: Pool, backend: str, processes: int, args, result: dict) -> No
         with_cleanup(bench.close)
 
 
+def metrics_axis(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
+    """The metrics' cost (mailbox/metrics.py): the same saturation on fresh servers with
+    STEERBOARD_METRICS off and on, alternating (off, on, off, on, ...) so that a machine
+    growing busier weighs on both; the medians compared."""
+    section(f"metrics axis ({backend}): unkeyed saturation, STEERBOARD_METRICS off / on alternating, "
+            f"{args.metrics_rounds} round(s) of {args.saturate_for:.0f} s each, send via {args.send_via}")
+    runs: dict[str, list[dict]] = {"0": [], "1": []}
+    for _ in range(args.metrics_rounds):
+        for on in ("0", "1"):
+            bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000", STEERBOARD_METRICS=on)
+            try:
+                team = bench.provision("metered", args.members)
+                connect(pool, bench, team, args)
+                m, win = saturate(pool, bench, args, args.saturate_for)
+                delivered = m["acked_in_window"]
+                cpu = sum(win["cpu"]["server"])
+                run = {"rate": delivered / args.saturate_for,
+                       "cpu_ms": cpu / delivered * 1000 if delivered else float("nan"), "missing": m["missing"]}
+                runs[on].append(run)
+                print(f"  metrics {'on ' if on == '1' else 'off'}: {run['rate']:,.1f} delivered msg/s, server CPU "
+                      f"{run['cpu_ms']:.3f} ms per delivered message, {problems(m)}   [{loadavg()}]")
+                for w in range(args.workers):
+                    pool.call(w, "agents_close")
+            finally:
+                with_cleanup(bench.close)
+
+    def median(key: str, on: str) -> float:
+        values = sorted(r[key] for r in runs[on])
+        return values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+
+    cpu_off, cpu_on = median("cpu_ms", "0"), median("cpu_ms", "1")
+    rate_off, rate_on = median("rate", "0"), median("rate", "1")
+    cost = cpu_on / cpu_off - 1
+    print(f"\n  metrics on / off (medians): server CPU per delivered message {cpu_on:.3f} / {cpu_off:.3f} ms "
+          f"= {cost * 100:+.1f} % ({(cpu_on - cpu_off) * 1000:+.0f} us); delivered msg/s {rate_on:,.1f} / "
+          f"{rate_off:,.1f} = {(rate_on / rate_off - 1) * 100:+.1f} %   [{loadavg()}]")
+    result["metrics"] = {"cpu_cost": cost, "rate_change": rate_on / rate_off - 1, "cpu_on": cpu_on, "cpu_off": cpu_off,
+                         "rounds": args.metrics_rounds}
+
+
 def with_cleanup(fn) -> None:
     try:
         fn()
@@ -738,6 +781,11 @@ def summary(results: dict) -> None:
             client = "" if sdk["client_max"] < 0.85 else " (an SDK worker at a full core)"
             row(f"{backend} SDK sessions (keyed) ≥ 1/4 bare POST rate", f"{sdk['rate']:,.1f} / {bare:,.0f} = "
                 f"{sdk['rate'] / bare:.3f}{client}", sdk["rate"] >= bare / 4 if backend == "embedded" else None)
+        metered = r.get("metrics")
+        if metered:
+            row(f"{backend} metrics on: server CPU per delivered message ≤ +3 %",
+                f"{metered['cpu_on']:.3f} / {metered['cpu_off']:.3f} ms = {metered['cpu_cost'] * 100:+.1f} %",
+                metered["cpu_cost"] <= 0.03)
         axis = r.get("axis")
         if axis:
             n = axis["many"]["sessions"]
@@ -802,6 +850,8 @@ def main() -> int:
                         help="seconds between the idle sessions' welcome and the axis's second run: the server "
                              "settles its heap every 10 s (mailbox/sweeper.py heap_settle), a connect storm's "
                              "objects within two settles")
+    parser.add_argument("--metrics-rounds", type=int, default=2,
+                        help="metrics axis: rounds of (off, on) saturation runs on fresh servers")
     args = parser.parse_args()
     args.phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     if args.phases - set(PHASES):
@@ -829,6 +879,8 @@ def main() -> int:
                     code = 1
             if "sql" in args.phases:
                 sql_pass(pool, backend, processes, args, result)
+            if "metrics" in args.phases:
+                metrics_axis(pool, backend, processes, args, result)
             if idle_pool is not None:
                 sessions_axis(pool, idle_pool, backend, processes, args, result)
                 if not result["axis"].get("audit_ok", False):

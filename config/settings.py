@@ -63,6 +63,21 @@ def _env_model_prices(name: str) -> dict[str, dict[str, float]]:
         )
 
 
+def _env_networks(name: str) -> tuple[str, ...]:
+    """Comma-separated addresses or networks; a bad one stops the start with its name."""
+    import ipaddress
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    networks = tuple(a.strip() for a in os.environ.get(name, "").split(",") if a.strip())
+    for network in networks:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {exc}") from exc
+    return networks
+
+
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value not in (None, "") else default
@@ -100,7 +115,7 @@ SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_SSL_REDIRECT = HTTPS
 # A load balancer's plain-HTTP health and readiness checks are not redirected.
-SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz)/?$"]
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)/?$"]
 SECURE_HSTS_SECONDS = _env_int("STEERBOARD_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("STEERBOARD_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = _env_bool("STEERBOARD_HSTS_PRELOAD", False)
@@ -300,9 +315,18 @@ STATIC_ROOT = VAR_DIR / "static"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # LOG_FORMAT=json: one JSON object per line, with team, member and message id where they
+    # apply (config/log_format.py; docs/operations.md, "Monitoring").
+    "formatters": {"json": {"()": "config.log_format.JsonFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+if os.environ.get("LOG_FORMAT", "").lower() == "json":
+    LOGGING["handlers"]["console"]["formatter"] = "json"
+elif os.environ.get("LOG_FORMAT", "").lower() not in ("", "text"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"LOG_FORMAT is 'text' (the default) or 'json', not {os.environ['LOG_FORMAT']!r}.")
 
 # --- Steerboard limits and timings (architecture.md section 6) --------------
 STEERBOARD = {
@@ -363,4 +387,9 @@ STEERBOARD = {
     "TOKEN_CACHE_SECONDS": _env_float("STEERBOARD_TOKEN_CACHE_SECONDS", 5.0),
     # Count this process's SQL statements and commits for bench/engine.py (GET /api/v1/debug/sql).
     "COUNT_SQL": _env_bool("STEERBOARD_COUNT_SQL", False),
+    # Prometheus metrics (mailbox/metrics.py; GET /metrics, docs/operations.md "Monitoring"): counted
+    # unless turned off; scraped with an operator token, or without one from these addresses or
+    # networks (comma-separated, e.g. "127.0.0.1,10.0.0.0/8").
+    "METRICS": _env_bool("STEERBOARD_METRICS", True),
+    "METRICS_ALLOW": _env_networks("STEERBOARD_METRICS_ALLOW"),
 }

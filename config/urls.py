@@ -3,11 +3,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from mailbox import health
+from mailbox.api import metrics
 
 urlpatterns = [
     # For load balancers and orchestrators: unauthenticated, cheap, JSON (docs/deployment.md).
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    # Prometheus: an operator's token or an allowed address (docs/operations.md, "Monitoring").
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("mailbox.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -11,16 +11,18 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import db, events, hot_sql, lead_log, outage, recovery, tools
+        from mailbox import db, events, hot_sql, lead_log, metrics, outage, recovery, tools, tracing
         from teams import services as team_services
 
         tools.registry_check()  # the Team tools are the wire contract's (steerboard_protocol.tools)
 
         outage.install_log_filter()  # no traceback per request while the database is away
+        tracing.configure()  # off unless OTEL_* asks for traces
         # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,
         # which sits above mailbox/db.py: db is handed them, it does not import them.
         db.writer_parts_install(
-            flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction
+            flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction,
+            observe=metrics.batch_committed,
         )
         # The roster's and the board's changes are recorded by the service that makes them,
         # in the Lead log: teams does not know the mailbox, it is handed the recorder.

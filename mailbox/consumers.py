@@ -15,7 +15,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox import auth, events, hot_path, outage, presence, quota, recovery, sessions, sweeper, tools, wire
+from mailbox import (
+    auth, events, hot_path, log_context, outage, presence, quota, recovery, sessions, sweeper, tools, tracing, wire,
+)
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
@@ -190,6 +192,7 @@ class AgentConsumer(_JsonFrames):
         if self.member is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        log_context.bind(**log_context.of_member(self.member))  # this socket's lines name its member
         # The token's SHA-256: what revocation closes this socket by, and the tool frames' rate key.
         self.token = self.rate_key = auth.token_digest(bearer_from_headers(self.scope["headers"]))
         try:
@@ -349,7 +352,10 @@ class AgentConsumer(_JsonFrames):
     async def _tool_run(self, frame: "wire.ToolFrame") -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
         try:
-            answer["result"] = await tools.tool_call(member=self.member, name=frame.name, arguments=frame.arguments)
+            answer["result"] = await tools.tool_call(
+                member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
+                headers=tracing.frame_headers(frame),
+            )
         except TeamError as exc:
             answer.update(exc.as_wire())
         except Exception as exc:
@@ -423,6 +429,7 @@ class HostConsumer(_JsonFrames):
         if self.team is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        log_context.bind(team=self.team.name)
         self.token = auth.token_digest(bearer_from_headers(self.scope["headers"]))
         try:
             quota.sockets_admit(auth.host_sockets_open(self.token))

@@ -83,9 +83,9 @@ def _pool_is_writer() -> bool:
 _writer_parts: dict | None = None
 
 
-def writer_parts_install(*, flush, pipeline, transaction_of) -> None:
+def writer_parts_install(*, flush, pipeline, transaction_of, observe=None) -> None:
     global _writer_parts
-    _writer_parts = {"flush": flush, "pipeline": pipeline, "transaction_of": transaction_of}
+    _writer_parts = {"flush": flush, "pipeline": pipeline, "transaction_of": transaction_of, "observe": observe}
 
 
 def _writer_new():

@@ -223,6 +223,7 @@ def target_admit(
                 for m in pending
             ),
             target=target.name,
+            first_accepted=tuple(m.queued_at for m in pending if m.state == MessageState.QUEUED),
         )
     return Admission(target_status=status, admitted=[m.id for m in pending], host_connected=has_host)
 

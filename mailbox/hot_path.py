@@ -26,12 +26,13 @@ prompt stored with its roster entry, recovery, management commands and tests.
 import asyncio
 import json
 import logging
+import time
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, quota, usage, wire
+from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, tracing, usage, wire
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -99,8 +100,10 @@ class SendJob(_writer.Job):
         self.records_wait = records_wait and not faults.armed(_ADMISSION_FAULTS)
         self.admitted = False
         self.waits = ""  # why the message waits, when the send found that it does (SQLite; PostgreSQL's statement logs it)
+        self.waited = False  # PostgreSQL: the statement recorded the send's wait (its failed record)
         self.thread_id = ""
         self.lock_order = (1, sender.team_id, target_name)
+        self.started, self.transport = time.monotonic(), metrics.transport.get()
 
     # --- PostgreSQL: one statement -----------------------------------------------------------
     def piped(self, batch) -> tuple[str, dict] | None:
@@ -145,9 +148,13 @@ class SendJob(_writer.Job):
         if row is None:
             with hot_sql.HotCursor(batch.db) as cursor:
                 _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
-        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, _ = row
+        self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, exhausted = row
         self.target_status = status_of(phase, session_state)
         self.has_host = bool(has_host)
+        # What the statement's waiting failed record was written for (hot_sql.py, ``waits``).
+        self.waited = self.records_wait and bool(
+            exhausted or (self.target_status in TARGET_SESSIONLESS_STATUSES and not self.has_host)
+        )
         self.created_at = batch.now
         self.answer = self._answer()
         if self.key_id is not None:
@@ -261,6 +268,11 @@ class SendJob(_writer.Job):
 
     # --- after the commit --------------------------------------------------------------------
     def committed(self) -> None:
+        if self.replayed is None:
+            metrics.message_sent(
+                team_id=self.sender.team_id, via=self.transport, admitted=self.admitted, started=self.started,
+                waited=self.waited or bool(self.waits),
+            )
         if self.admitted:  # otherwise message_admit_stored reaches the point, before its admission
             faults.crash_point("after_queued_commit")
 
@@ -324,6 +336,7 @@ class EntryJob(_writer.Job):
         self.data = json.dumps(entry.as_stored())
         self.usage = entry.usage
         self.delivered = False
+        self.queued_at = None  # the delivered message's, for the send-to-delivered latency
 
     def execute(self, batch) -> None:
         sql = hot_sql.statements(batch.db)
@@ -347,7 +360,9 @@ class EntryJob(_writer.Job):
                     member.pk, usage.model, usage.input_tokens, usage.output_tokens, usage.cached_tokens, now,
                 ])
             if self.message_id and not self._delivered_deferred():
-                self.delivered = _delivered(cursor, batch, member=member, message_id=self.message_id)
+                marked = _delivered(cursor, batch, member=member, message_id=self.message_id)
+                self.delivered = marked is not None
+                self.queued_at = marked[1] if marked else None
             self.result = inserted is not None
             if self.message_id and not self.delivered:  # folded, deferred, cancelled, or not this member's
                 cursor.execute(sql.message_state, [self.message_id, member.pk])
@@ -380,7 +395,7 @@ class EntryJob(_writer.Job):
         return sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
-        inserted, seq, state = row
+        inserted, seq, state, self.queued_at = row
         self.delivered = seq is not None
         if self.message_id and state is None:
             with hot_sql.HotCursor(batch.db) as cursor:
@@ -399,11 +414,14 @@ class EntryJob(_writer.Job):
             faults.inject("delivered_record")
         except faults.TemporaryDeliveryError:
             # The entry is durable; recovery (reconcile, or the session's next report) writes delivered.
-            log.warning("delivered record for %s deferred to recovery", self.message_id)
+            log.warning("delivered record for %s deferred to recovery", self.message_id,
+                        extra={"message_id": self.message_id, **log_context.of_member(self.member)})
             return True
         return False
 
     def committed(self) -> None:
+        if self.delivered:
+            metrics.message_delivered(team_id=self.member.team_id, queued_at=self.queued_at)
         faults.crash_point("after_entry")
 
     def rings(self) -> list[tuple[int, str, dict]]:
@@ -470,26 +488,33 @@ class DeliveredJob(_writer.Job):
 
     def execute(self, batch) -> None:
         with hot_sql.HotCursor(batch.db) as cursor:
-            self.result = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+            marked = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+        self.result = marked is not None
+        self.queued_at = marked[1] if marked else None
+
+    def committed(self) -> None:
+        if self.result:
+            metrics.message_delivered(team_id=self.target.team_id, queued_at=self.queued_at)
 
     def rings(self) -> list[tuple[int, str, dict]]:
         return [(self.target.team_id, "message", {"target": self.target.name})] if self.result else []
 
 
-def _delivered(cursor, batch, *, member: Member, message_id: str) -> bool:
+def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | None:
     """``delivered`` for a pending message of ``member`` whose entry its history holds, with
-    its record; False when it is not (already delivered, or no such entry)."""
+    its record: the message's (seq, queued_at); None when it is not (already delivered, or no
+    such entry)."""
     sql = hot_sql.statements(batch.db)
     now = batch.now_db
     cursor.execute(sql.mark_delivered, [now, now, message_id, member.pk, member.pk, message_id])
     marked = cursor.fetchone()
     if marked is None:
-        return False
+        return None
     batch.log(
         team_id=member.team_id, kind=LogKind.MESSAGE_DELIVERED, message_id=message_id,
         data=json.dumps(delivered_record(target=member.name, seq=marked[0])),
     )
-    return True
+    return marked
 
 
 _budget_checks: set[asyncio.Task] = set()
@@ -526,16 +551,24 @@ async def message_send(
         idempotency.prune_soon()
     job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, key=key,
                   fingerprint=fingerprint)
-    await writer().run(job)
-    if job.replayed is not None:
-        if "delivery" in job.replayed:
-            return {**job.replayed, "idempotent_replay": True}
-        return await to_db_thread(_replayed_now)(job.replayed)
-    if job.admitted:
-        return job.answer
-    # Anything but a plain push (a resume, a target with messages queued before this
-    # one, a test's armed fault) is admitted by target_admit, as before.
-    return await to_db_thread(_admit_and_answer)(job)
+    with tracing.send_span(sender=sender, target=target_name) as span:
+        await writer().run(job)
+        replayed = job.replayed is not None
+        tracing.sent(span, message_id=job.replayed["message_id"] if replayed else job.message_id,
+                     thread_id=job.replayed.get("thread_id", "") if replayed else job.thread_id,
+                     seq=getattr(job, "seq", None), admitted=job.admitted, replayed=replayed)
+        if replayed:
+            if "delivery" in job.replayed:
+                return {**job.replayed, "idempotent_replay": True}
+            return await to_db_thread(_replayed_now)(job.replayed)
+        if job.admitted:
+            return job.answer
+        # Anything but a plain push (a resume, a target with messages queued before this
+        # one, a test's armed fault) is admitted by target_admit, as before.
+        answer = await to_db_thread(_admit_and_answer)(job)
+        if span is not None and answer.get("status") == "accepted":
+            span.add_event("accepted")
+        return answer
 
 
 def _admit_and_answer(job: SendJob) -> dict:

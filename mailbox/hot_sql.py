@@ -136,7 +136,7 @@ class Statements:
             f"last_error = '' "
             f"WHERE id = %s AND target_id = %s AND state IN ({pending}) "
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
-            f"RETURNING seq"
+            f"RETURNING seq, queued_at"
         )
         self.message_state = f"SELECT state FROM {message} WHERE id = %s AND target_id = %s"
         self.prompt_started = (
@@ -278,12 +278,12 @@ class Statements:
                 f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
                 f"AND (EXISTS (SELECT 1 FROM h) "
                 f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
-                f"RETURNING seq), "
+                f"RETURNING seq, queued_at), "
                 f"l AS ({entry_records}), "
                 f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
                 f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
                 f"{usage_clause}"
-                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk)"
+                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk), (SELECT queued_at FROM d)"
             )
 
         self.entry_piped = entry()

@@ -21,8 +21,9 @@ trace page and ``GET /api/v1/teams/<team>/messages/<id>``).
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db import transaction
 
-from mailbox import events, history
+from mailbox import events, history, metrics
 from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, MessageState, TeamMessage
 from teams.wire_format import iso
 
@@ -147,17 +148,23 @@ EVENT_KINDS = {
 def message_logged(*, message: TeamMessage, kind: str, data: dict, target: str) -> None:
     """One record of one message, and the doorbell naming it."""
     LeadLogRecord.objects.create(team_id=message.team_id, kind=kind, message=message, data=data)
+    transaction.on_commit(lambda: metrics.records_logged(team_id=message.team_id, kind=kind))
     events.dashboard_notify(message.team_id, "message", message_id=message.id, target=target)
 
 
 def messages_logged(
-    *, team_id: int, kind: str, records: Iterable[tuple[str, dict]], target: str, name_messages: bool = True
+    *, team_id: int, kind: str, records: Iterable[tuple[str, dict]], target: str, name_messages: bool = True,
+    first_accepted: tuple = (),
 ) -> None:
     """Records of several messages of one target in one INSERT (``records``: (message id, data)),
-    and one doorbell for them all."""
+    and one doorbell for them all. ``first_accepted``: for ``accepted`` records, when the messages
+    accepted for the first time were queued (the send-to-accepted latency, mailbox/metrics.py)."""
     rows = [LeadLogRecord(team_id=team_id, kind=kind, message_id=mid, data=data) for mid, data in records]
     if rows:
         LeadLogRecord.objects.bulk_create(rows)
+        transaction.on_commit(lambda: metrics.records_logged(
+            team_id=team_id, kind=kind, count=len(rows), first_accepted=list(first_accepted)
+        ))
     if name_messages:
         events.dashboard_notify(team_id, "message", target=target, message_ids=[r.message_id for r in rows])
     else:

@@ -85,7 +85,10 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
             if params.name == "send_message":
                 exc.extra["persisted"] = False
             raise
-        result = await tool_call(member=member, name=params.name, arguments=arguments)
+        headers = ctx.request.scope.get("headers") if ctx.request is not None else None
+        result = await tool_call(
+            member=member, name=params.name, arguments=arguments, transport="mcp", headers=headers
+        )
     except TeamError as exc:
         return refusal(exc.as_wire())
     return types.CallToolResult(content=_text(result), structured_content=result)

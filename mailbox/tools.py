@@ -15,7 +15,7 @@ from django.db import transaction
 from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
-from mailbox import activity, asks, faults, hosts, hot_path, idempotency, sessions, usage, waiting
+from mailbox import activity, asks, faults, hosts, hot_path, idempotency, log_context, metrics, sessions, tracing, usage, waiting
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -251,8 +251,34 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-async def tool_call(*, member: Member, name: str, arguments: dict) -> dict:
-    """Validate, authorise and run one tool; raise TeamError for every refusal."""
+async def tool_call(
+    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None
+) -> dict:
+    """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
+    (``metrics.TRANSPORTS``): what the call came through, for the metrics; ``headers``: the
+    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py)."""
+    token = metrics.transport.set(transport)
+    fields = log_context.of_member(member)
+    bound = log_context.bind(**fields)
+    label = name if name in TOOLS else "unknown"  # no caller-chosen label values
+    try:
+        with tracing.tool_span(name=label, team=fields["team"], member=member.name, transport=transport,
+                               headers=headers):
+            result = await _tool_call(member=member, name=name, arguments=arguments)
+    except TeamError as exc:
+        metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))
+        raise
+    except Exception:
+        metrics.tool_called(tool=label, outcome="error")
+        raise
+    finally:
+        metrics.transport.reset(token)
+        log_context.reset(bound)
+    metrics.tool_called(tool=label, outcome="ok")
+    return result
+
+
+async def _tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     tool = TOOLS.get(name)
     if tool is None:
         raise TeamError(ErrorCode.NOT_FOUND, f"No tool named {name!r}; GET /api/v1/tools lists the ten.")

@@ -222,6 +222,11 @@ class ToolFrame(BaseModel):
     id: Annotated[str, StringConstraints(min_length=1, max_length=128)]
     name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # The caller's W3C trace context, as REST's and /mcp's headers carry it: the call's span
+    # continues that trace when the server traces (mailbox/tracing.py); one that does not
+    # parse is ignored, as the W3C asks.
+    traceparent: Annotated[str, StringConstraints(max_length=128)] | None = None
+    tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None
 
 
 AgentFrame = TypeAdapter(Annotated[Union[Hello, StatusFrame, EntryFrame, ToolFrame], Field(discriminator="type")])

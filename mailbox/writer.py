@@ -33,6 +33,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import transaction
@@ -129,8 +130,11 @@ class Writer(concurrent.futures.Executor):
         after_call: Callable[[], None],
         pipeline: Callable[[list, Batch], list] | None = None,
         transaction_of: Callable[[Batch], contextlib.AbstractContextManager] | None = None,
+        observe: Callable[[int, float], None] | None = None,
     ):
         self.name = name
+        # Told each committed batch's size and seconds (mailbox/metrics.py's histograms).
+        self._observe = observe
         self._pipeline = pipeline
         self._transaction = transaction_of or (lambda batch: transaction.atomic())
         self._items: collections.deque = collections.deque()
@@ -228,6 +232,7 @@ class Writer(concurrent.futures.Executor):
     def _commit(self, jobs: list[Job]) -> None:
         self.batches += 1
         self.jobs += len(jobs)
+        started = time.perf_counter()
         try:
             self._batch_run(jobs)
         except Exception as exc:
@@ -241,6 +246,8 @@ class Writer(concurrent.futures.Executor):
                 self._one_by_one(jobs)
         else:
             outage.database.ok()
+            if self._observe is not None:
+                self._observe(len(jobs), time.perf_counter() - started)
         self._finish(jobs)
 
     def _batch_run(self, jobs: list[Job]) -> None:

@@ -132,3 +132,12 @@ def test_with_https_plain_http_is_redirected_but_the_health_checks_are_not(tmp_p
         STEERBOARD_VAR_DIR=str(tmp_path),
     )
     assert result.stdout.split("\n")[0] == "301 True True 200", result.stderr[-2000:]
+
+
+def test_a_bad_log_format_or_metrics_allow_list_stops_the_start_with_its_name():
+    bad_format = _manage("check", DEBUG="1", LOG_FORMAT="yaml")
+    assert bad_format.returncode != 0 and "LOG_FORMAT is 'text' (the default) or 'json'" in bad_format.stderr
+    bad_network = _manage("check", DEBUG="1", STEERBOARD_METRICS_ALLOW="127.0.0.1,10.0.0.0/33")
+    assert bad_network.returncode != 0 and "STEERBOARD_METRICS_ALLOW" in bad_network.stderr
+    # JSON lines: what check logs is one object a line (no line here: the check is quiet).
+    assert _manage("check", DEBUG="1", LOG_FORMAT="json", STEERBOARD_METRICS_ALLOW="127.0.0.1").returncode == 0

@@ -46,7 +46,7 @@ async def tool_request(*, name: str, headers, body: bytes | None, member=None) -
         raise
     except ValueError:  # UnicodeDecodeError is one
         raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
-    return await tool_call(member=member, name=name, arguments=arguments)
+    return await tool_call(member=member, name=name, arguments=arguments, transport="rest", headers=headers)
 
 
 def _method(request, allowed: str) -> None:
