@@ -4,6 +4,8 @@ to its messages, charts and timeline, and stays open while the page re-renders i
 chart is drawn only when the window holds a history to show (a short run gets the numbers).
 
 The tests share one server (shared_server), each on a team of its own."""
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -120,6 +122,12 @@ def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(l
     summary.focus()
     page.keyboard.press("Enter")
     expect(page.locator('[data-member="tester"]')).to_have_attribute("data-expanded", "true")
+    # A live re-render of the lane keeps the keyboard's place on its summary.
+    third = tool(server, made["team"]["lead"]["token"], "send_message", target="tester", message="Third.")
+    expect(page.locator(f'[data-member="tester"] [data-message-id="{third["message_id"]}"]')).to_be_visible()
+    expect(page.locator(":focus")).to_have_attribute("aria-label", re.compile(r"^tester: 3 queued"))
+    page.keyboard.press("Enter")
+    expect(page.locator('[data-member="tester"]')).to_have_attribute("data-expanded", "false")
     assert page.page_errors == []
 
 

@@ -458,7 +458,10 @@ function renderTeam(snap) {
     if (!el || laneKeys.get(member.name) !== key) {
       const open = openTimelines.has(member.name) ? openTimelines.get(member.name) : true;
       const fresh = lane(team, member, canAct, open, colors.get(member.name) % 8, openLanes.get(member.name) === true);
+      // A keyboard user on a lane's summary keeps the focus there when the lane is re-rendered.
+      const refocus = el && document.activeElement && document.activeElement.matches(".lane-summary") && el.contains(document.activeElement);
       if (el) el.replaceWith(fresh);
+      if (refocus) fresh.querySelector(".lane-summary").focus();
       el = fresh;
       laneKeys.set(member.name, key);
     }
