@@ -73,6 +73,11 @@ def main() -> int:
             while "kickoff" not in marks:
                 time.sleep(0.2)
             time.sleep(max(0.0, marks["kickoff"] + args.at - time.monotonic()))
+            # The roster shows each member as one row; the picture opens the implementer's lane.
+            opener = page.locator('[data-lane-details="implementer"] > summary')
+            if opener.count():
+                opener.click()
+                page.wait_for_timeout(300)
             shot = Path(clone) / "dashboard.png"
             page.screenshot(path=str(shot), full_page=True)
             browser.close()

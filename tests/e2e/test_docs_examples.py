@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from steerboard_protocol.tools import TEAM_TOOLS
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def test_every_marked_example_is_found():
 def test_the_rest_example_of_docs_api_md(live_env, daphne_server):
     (block,) = examples("api.md")
     tools, spawned, sent = run(block, live_env, daphne_server)
-    assert [tool["name"] for tool in tools][:1] == ["spawn_teammate"] and len(tools) == 9
+    assert [tool["name"] for tool in tools] == list(TEAM_TOOLS)
     assert spawned["member"]["name"] == "implementer"
     assert sent["status"] == "queued" and sent["message_id"].startswith("team-message-")
 

@@ -80,6 +80,17 @@ def open_team(page, server, team: str) -> None:
     expect(page.locator("body")).to_have_attribute("data-connection", "live")
 
 
+def open_lane(page, member: str) -> None:
+    """Open a member's lane (its summary row is a disclosure): its message columns, charts and
+    timeline are shown only then. The page keeps it open across its live re-renders."""
+    from playwright.sync_api import expect
+
+    lane = page.locator(f'[data-member="{member}"]')
+    if lane.get_attribute("data-expanded") != "true":
+        lane.locator(".lane-summary").click()
+    expect(lane).to_have_attribute("data-expanded", "true")
+
+
 def tool(server, token: str, tool_name: str, **arguments) -> dict:
     response = httpx.post(
         f"{server.url}/api/v1/tools/{tool_name}", json=arguments, headers={"Authorization": f"Bearer {token}"}, timeout=30

@@ -9,7 +9,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -67,6 +67,7 @@ def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
     coder.entry("user_message", text=steer["content"], source={
         "kind": "human-answer", "message_id": steer["id"], "ask_id": asked["ask_id"], "decision": "deny",
         "answered_by": "op"})
+    open_lane(page, "coder")
     lane.locator('[data-timeline="coder"] > summary').click()
     answer_entry = lane.locator(f'[data-entry-ask-id="{asked["ask_id"]}"]')
     expect(answer_entry).to_have_attribute("data-entry-decision", "deny")

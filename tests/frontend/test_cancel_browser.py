@@ -4,7 +4,7 @@ as cancelled, its trace ends on the cancel, and the session that connects later 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -22,6 +22,7 @@ def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(l
     open_team(page, server, "undo")
 
     lane = page.locator('[data-member="coder"]')
+    open_lane(page, "coder")  # its roster row opens to its message columns
     card = lane.locator(f'[data-message-id="{drop["message_id"]}"]')
     expect(card).to_have_attribute("data-state", "queued")
     card.locator('[data-action="cancel"]').click()

@@ -88,6 +88,10 @@ def test_an_outlier_is_clipped_and_marked_instead_of_flattening_the_rest():
     x_ticks = re.findall(r'class="tick x-tick" data-tick="([^"]+)"', svg)
     assert x_ticks == ["−15 min", "−10 min", "−5 min", "now"]
     assert "series c1" in svg
+    day = charts.svg_chart(kind="rate", window=charts.WINDOWS["24h"], title="t",
+                           series=[{"name": "impl", "color": 1, "values": [0.0] * 47 + [2.0]}])
+    day_ticks = re.findall(r'class="tick x-tick" data-tick="([^"]+)"', day)
+    assert day_ticks[0] == "−24 h" and day_ticks[-1] == "now"
 
 
 def test_the_endpoint_answers_each_window_and_refuses_another(client):

@@ -7,7 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
@@ -63,7 +63,8 @@ def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_
         "data-state", "delivered"
     )
 
-    # Its trace, from the message card's link.
+    # Its trace, from the message card's link (in the coder's lane, opened).
+    open_lane(page, "coder")
     page.locator(f'[data-member="coder"] [data-trace-link="{sent["message_id"]}"]').click()
     page.wait_for_url(re.compile(f"/teams/stuck/messages/{sent['message_id']}/$"))
     order = [kind for kind in _event_order(page) if kind != "repushed"]
@@ -100,6 +101,7 @@ def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_
     expect(lane_link).to_have_attribute("href", "#lane-reviewer")
     lane_link.click()
     page.wait_for_url(re.compile(r"#lane-reviewer$"))
+    expect(page.locator('[data-member="reviewer"]')).to_have_attribute("data-expanded", "true")  # the link opens it
     expect(page.locator('[data-member="reviewer"] [data-prompt-id]')).to_have_attribute("data-state", "queued")
     assert page.page_errors == []
 

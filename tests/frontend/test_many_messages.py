@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -40,6 +40,7 @@ def test_three_thousand_messages_show_as_a_window_with_pages_behind_it(live_env,
     expect(page.locator('[data-chart="latency"] circle')).to_have_count(40)
     screenshot(page, "many-messages")
 
+    open_lane(page, "implementer")
     delivered.get_by_role("link", name="2990 more →").click()
     listed = page.locator('[data-member="implementer"] [data-message-id]')
     expect(listed).to_have_count(50)

@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 from tests.support.live import DaphneProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -56,6 +56,7 @@ def test_page_catches_up_with_what_happened_while_its_server_was_down(live_env, 
         screenshot(page, "reconnect-2-caught-up")
 
         # And it is live again: a change made through its own server arrives without a reload.
+        open_lane(page, "tester")
         again = tool(back, lead, "send_message", target="tester", message="And the slow tests.")
         expect(tester_lane.locator(f'[data-message-id="{again["message_id"]}"]')).to_be_visible()
         assert page.evaluate("window.__sameDocument") is True

@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
@@ -33,6 +33,7 @@ def test_message_to_inactive_member_without_host_waits_queued_until_a_session_co
     expect(lane.locator('[data-column="queued"] [data-count="queued"]')).to_have_text("1")
 
     # The operator retries: admission runs again and says why it cannot go anywhere yet.
+    open_lane(page, "reviewer")
     message.locator('[data-action="retry"]').click()
     expect(message.locator(".last-error")).to_contain_text("no host is connected")
     expect(message).to_have_attribute("data-state", "queued")

@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
 
@@ -24,6 +24,7 @@ def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_e
     login(page, server, "op", "pw-op")
     open_team(page, server, "xss")
     lane = page.locator('[data-member="implementer"]')
+    open_lane(page, "implementer")  # the message shown, not only on the page
 
     sent = tool(server, lead, "send_message", target="implementer", message=PAYLOAD)
     message = lane.locator(f'[data-message-id="{sent["message_id"]}"]')
@@ -35,6 +36,10 @@ def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_e
     expect(body.locator("strong")).to_have_text("still bold")
     expect(body.locator("script, img, svg, iframe, [onerror], [onload], [onmouseover]")).to_have_count(0)
     expect(body.locator('a[href^="javascript"]')).to_have_count(0)
+    # The roster row's one-line preview of it is text as well.
+    preview = lane.locator(f'[data-last-message="{sent["message_id"]}"]')
+    expect(preview).to_contain_text("<script>window.__pwned = 'script'")
+    expect(preview.locator("script, img, svg, iframe, a, [onerror], [onload], [onmouseover]")).to_have_count(0)
 
     # The same text in a session's history (the timeline) is text too.
     token = live_env.manage_json("member_token", "xss", "implementer")["token"]

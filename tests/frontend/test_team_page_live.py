@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 from websockets.exceptions import InvalidStatus
 
-from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool, ws_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -46,6 +46,7 @@ def test_message_moves_queued_accepted_delivered_and_statuses_change_without_rel
     lead_lane = page.locator('[data-member="lead"]')
     impl_lane = page.locator('[data-member="implementer"]')
     expect(impl_lane).to_have_attribute("data-status", "provisioning")
+    open_lane(page, "implementer")  # and it stays open through every live re-render below
     expect(page.locator('[data-task-id="task-2"]')).to_have_attribute("data-ready", "false")
 
     lead_session = agents(server, lead, "idle")

@@ -7,7 +7,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -53,6 +53,7 @@ def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(live_env, pr
     expect(page.locator("[data-budget-exhausted]")).to_have_attribute("data-budget-exhausted", "true")
     first = page.locator("[data-attention-list] > li").first
     expect(first).to_have_attribute("data-attention", "budget")
+    open_lane(page, "coder")
     expect(lane.locator(f'[data-column="queued"] [data-message-id="{held["message_id"]}"]')).to_be_visible()
     screenshot(page, "budget-1-used-up")
 

@@ -142,7 +142,24 @@ function figure(name, svgText) {
   return holder;
 }
 
+// A chart needs a history to be worth its height: traffic (a delivery, or a message pending) in
+// at least MIN_ACTIVE_BUCKETS of the window's buckets. A short run (a 40 s demo is one or two
+// 1-min buckets) would draw one spike at "now": it gets its numbers and a line saying so.
+const MIN_ACTIVE_BUCKETS = 3;
+const BUCKET_NAMES = { "15m": "1-min", "1h": "2-min", "24h": "30-min" };
+
+export function activeBuckets(data) {
+  return data.rate.filter((rate, i) => rate > 0 || data.depth[i] > 0).length;
+}
+
 function chartSet(scope, data, windowKey) {
+  const active = activeBuckets(data);
+  if (active < MIN_ACTIVE_BUCKETS) {
+    return [numbers(scope, data.numbers, windowKey),
+      h("p", { class: "small muted no-history", "data-no-history": active },
+        active ? `Charts once traffic spans ${MIN_ACTIVE_BUCKETS} ${BUCKET_NAMES[windowKey]} buckets of the last ${WINDOW_NAMES[windowKey]} (now ${active}).`
+          : `No traffic in the last ${WINDOW_NAMES[windowKey]}.`)];
+  }
   return [numbers(scope, data.numbers, windowKey),
     h("div", { class: "chart-row" },
       figure("delivered msg/min", data.svg.rate),
@@ -159,6 +176,7 @@ function fillLane(slot) {
   slot.replaceChildren(...chartSet(member.name, member, current.window));
   slot.dataset.filledFrom = current.generated_at;
   slot.dataset.window = current.window;
+  slot.dataset.history = String(activeBuckets(member) >= MIN_ACTIVE_BUCKETS);
 }
 
 function fillLanes() {
@@ -174,6 +192,7 @@ function render(data) {
     panel.replaceChildren(...chartSet("team", data.totals, data.window), legend);
     if (data.sampled) panel.append(h("p", { class: "small muted" }, "Percentiles from the newest 5000 deliveries of the window."));
     panel.dataset.window = data.window;
+    panel.dataset.history = String(activeBuckets(data.totals) >= MIN_ACTIVE_BUCKETS);
   }
   fillLanes();
   document.body.dataset.chartsWindow = data.window;

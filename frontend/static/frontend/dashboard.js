@@ -339,13 +339,13 @@ const ACTIVITY_LABEL = {
 
 function activityLine(activity) {
   if (!activity) return null;
-  return h("div", { class: `activity activity-${activity.state} small`, "data-activity": activity.state },
+  return h("span", { class: `activity activity-${activity.state} small`, "data-activity": activity.state },
     h("span", { class: `pill activity-pill activity-${activity.state}` }, ACTIVITY_LABEL[activity.state] || activity.state),
     activity.detail ? h("span", { class: "activity-detail", "data-activity-detail": "" }, ` ${activity.detail} `) : " ",
     timeAgo(activity.since, "for {age}", { class: "muted", "data-activity-since": "" }));
 }
 
-function lane(team, member, canAct, openState, color) {
+function lane(team, member, canAct, openState, color, laneOpen = false) {
   const counts = member.counts;
   const cols = STATES.map((st) => {
     const list = member.messages[st];
@@ -375,7 +375,22 @@ function lane(team, member, canAct, openState, color) {
     ontoggle: (ev) => { openTimelines.set(member.name, ev.currentTarget.open); } },
   h("summary", {}, "Timeline"), timeline(member));
   const headingId = `lane-${member.name}`;
-  return h("article", { class: `lane card status-${member.status}`, "data-member": member.name, "data-status": member.status, "data-role": member.role, "aria-labelledby": headingId },
+  // The roster row (head, bar and counts, last message) is always shown; the rest opens below
+  // it, and stays open across re-renders (openLanes).
+  const laneBody = h("details", { class: "lane-body", "data-lane-details": member.name, open: laneOpen ? true : null,
+    ontoggle: (ev) => { laneToggled(member.name, ev.currentTarget); } },
+  h("summary", { class: "lane-summary", "aria-label": `${member.name}: ${counts.queued} queued, ${counts.accepted} accepted, ${counts.delivered} delivered. Messages, charts and timeline` },
+    h("span", { class: "pictures" },
+      h("span", { class: "bar-wrap" }, stateBar(counts),
+        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`,
+          counts.cancelled ? h("span", { "data-count": "cancelled" }, ` · ${counts.cancelled} cancelled`) : null))),
+    lastMessage(member)),
+  member.description ? h("p", { class: "desc muted small" }, member.description) : null,
+  h("div", { class: "lane-charts", "data-lane-charts": member.name }),
+  h("div", { class: "cols" }, cols),
+  details);
+  return h("article", { class: `lane card status-${member.status}`, "data-member": member.name, "data-status": member.status, "data-role": member.role, "aria-labelledby": headingId,
+    "data-expanded": laneOpen ? "true" : "false" },
     h("header", { class: "lane-head" },
       h("span", { class: `swatch c${color}`, "aria-hidden": "true", "data-color": color }),
       h("h3", { id: headingId }, member.name), h("span", { class: "role" }, member.role),
@@ -383,6 +398,7 @@ function lane(team, member, canAct, openState, color) {
         href: `/a2a/${encodeURIComponent(team)}/${encodeURIComponent(member.name)}/.well-known/agent-card.json` }, "A2A card"),
       h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
       timeAgo(member.status_changed_at, "for {age}", { class: "small muted", "data-status-since": "" }),
+      activityLine(member.activity),
       usageBadge(member.usage),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
         turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
@@ -390,17 +406,49 @@ function lane(team, member, canAct, openState, color) {
         ? h("button", { type: "button", class: "small", "data-action": "retry-all", "data-member-ref": member.name, title: "Run admission again for all undelivered messages to this member", "aria-label": `Retry all undelivered messages to ${member.name}`,
             onclick: (ev) => act(ev.currentTarget, `/api/v1/teams/${encodeURIComponent(team)}/members/${encodeURIComponent(member.name)}/retry`) }, "retry all")
         : null),
-    activityLine(member.activity),
-    member.description ? h("p", { class: "desc muted small" }, member.description) : null,
-    h("div", { class: "pictures" },
-      h("div", { class: "bar-wrap" }, stateBar(counts),
-        h("span", { class: "small muted" }, `${counts.queued} queued · ${counts.accepted} accepted · ${counts.delivered} delivered`,
-          counts.cancelled ? h("span", { "data-count": "cancelled" }, ` · ${counts.cancelled} cancelled`) : null))),
-    h("div", { class: "lane-charts", "data-lane-charts": member.name }),
     asks,
     prompts,
-    h("div", { class: "cols" }, cols),
-    details);
+    laneBody);
+}
+
+// The roster row's last message: the newest one to this member, as one line of text.
+function lastMessage(member) {
+  const newest = STATES.flatMap((st) => member.messages[st]).reduce((a, m) => (!a || m.seq > a.seq ? m : a), null);
+  if (!newest) return h("span", { class: "last-message muted small", "data-last-message": "" }, "no messages yet");
+  // The card's HTML is sanitised by the server; an inert document only reads its text.
+  const text = new DOMParser().parseFromString(newest.html, "text/html").body.textContent.replace(/\s+/g, " ").trim();
+  return h("span", { class: "last-message small", "data-last-message": newest.id, title: text },
+    h("span", { class: "muted" }, `#${newest.seq} from `), h("b", {}, newest.sender), " ",
+    h("span", { class: `pill state-${newest.state}` }, newest.state), " ",
+    timeAgo(newest.delivered_at || newest.accepted_at || newest.queued_at, "{ago}", { class: "muted" }), " ",
+    h("span", { class: "last-text" }, text));
+}
+
+// Which lanes are open: kept across re-renders and, per team, across a reload (sessionStorage).
+const openLanes = new Map();
+function laneStoreKey() {
+  return `steerboard.openLanes.${body.dataset.team}`;
+}
+function loadOpenLanes() {
+  try {
+    for (const name of JSON.parse(sessionStorage.getItem(laneStoreKey()) || "[]")) openLanes.set(name, true);
+  } catch (error) { /* storage may be off */ }
+}
+function laneToggled(name, details) {
+  openLanes.set(name, details.open);
+  const article = details.closest("[data-member]");
+  if (article) article.dataset.expanded = details.open ? "true" : "false";
+  try {
+    sessionStorage.setItem(laneStoreKey(), JSON.stringify([...openLanes].filter(([, open]) => open).map(([n]) => n)));
+  } catch (error) { /* storage may be off */ }
+}
+// A link to #lane-<member> (Needs attention's "show in lane") opens that lane.
+function openLaneOfHash() {
+  const name = decodeURIComponent(location.hash.replace(/^#lane-/, ""));
+  if (!location.hash.startsWith("#lane-") || !name) return;
+  const details = document.querySelector(`[data-lane-details="${CSS.escape(name)}"]`);
+  if (details && !details.open) details.open = true; // its toggle event records it
+  openLanes.set(name, true);
 }
 
 function taskBoard(tasks, more) {
@@ -436,8 +484,11 @@ function renderTeam(snap) {
     let el = lanes.querySelector(`:scope > [data-member="${CSS.escape(member.name)}"]`);
     if (!el || laneKeys.get(member.name) !== key) {
       const open = openTimelines.has(member.name) ? openTimelines.get(member.name) : true;
-      const fresh = lane(team, member, canAct, open, colors.get(member.name) % 8);
+      const fresh = lane(team, member, canAct, open, colors.get(member.name) % 8, openLanes.get(member.name) === true);
+      // A keyboard user on a lane's summary keeps the focus there when the lane is re-rendered.
+      const refocus = el && document.activeElement && document.activeElement.matches(".lane-summary") && el.contains(document.activeElement);
       if (el) el.replaceWith(fresh);
+      if (refocus) fresh.querySelector(".lane-summary").focus();
       el = fresh;
       laneKeys.set(member.name, key);
     }
@@ -574,8 +625,11 @@ function teamPage() {
   startAges();
   document.addEventListener("dashboard:rendered", (event) => followSnapshot(event.detail));
   const chartsChanged = startCharts(team, { announce });
+  loadOpenLanes();
   const initial = document.getElementById("snapshot");
   if (initial) renderTeam(JSON.parse(initial.textContent));
+  openLaneOfHash();
+  window.addEventListener("hashchange", openLaneOfHash);
   promptForm(team);
   budgetForm(team);
   hostTokenForm(team);
