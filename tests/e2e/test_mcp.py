@@ -12,21 +12,11 @@ import pytest
 import websockets
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from steerboard_protocol.tools import TEAM_TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
-TEN = [
-    "spawn_teammate",
-    "send_message",
-    "list_agents",
-    "wait_agent",
-    "interrupt_agent",
-    "team_task_create",
-    "team_task_list",
-    "team_task_get",
-    "team_task_update",
-    "ask_human",
-]
+TEN = list(TEAM_TOOLS)  # the wire contract's tools (pinned by tests/mailbox/test_tools_schema.py)
 
 
 @asynccontextmanager

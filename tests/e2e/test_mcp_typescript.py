@@ -14,23 +14,13 @@ import pytest
 import websockets
 
 from tests.support.live import DaphneProcess
+from steerboard_protocol.tools import TEAM_TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TS_DIR = Path(__file__).resolve().parents[1] / "mcp_ts"
 NODE_BIN = TS_DIR / "node_modules" / ".bin"
-TEN = [
-    "spawn_teammate",
-    "send_message",
-    "list_agents",
-    "wait_agent",
-    "interrupt_agent",
-    "team_task_create",
-    "team_task_list",
-    "team_task_get",
-    "team_task_update",
-    "ask_human",
-]
+TEN = list(TEAM_TOOLS)  # the wire contract's tools (pinned by tests/mailbox/test_tools_schema.py)
 # Every code a tool call can refuse with over /mcp. The others are answered before a tool runs
 # (UNAUTHENTICATED, RATE_LIMITED: HTTP 401/429), or by the history endpoints, not by a tool.
 TOOL_CODES = {

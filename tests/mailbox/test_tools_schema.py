@@ -12,8 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
+from steerboard_protocol.tools import TEAM_TOOLS
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools.json"
+# The contract as docs/protocol.md writes it, pinned here (the server checks its registry against
+# steerboard_protocol.tools at start; this list checks that one).
 TEN = [
     "spawn_teammate",
     "send_message",
@@ -33,7 +36,7 @@ def test_tools_list_matches_the_snapshot(client):
     response = client.get("/api/v1/tools")
     assert response.status_code == 200
     tools = response.json()
-    assert [t["name"] for t in tools] == TEN
+    assert [t["name"] for t in tools] == TEN == list(TEAM_TOOLS)
     for tool in tools:
         assert set(tool) == {"name", "description", "input_schema", "output_schema"}
         assert tool["input_schema"]["type"] == "object"
