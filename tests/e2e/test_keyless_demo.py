@@ -161,7 +161,7 @@ def test_demo_team_runs_the_workflow_again_in_the_same_team(tmp_path):
     first = demo(tmp_path / "var", *FAST, "--team", "again", "--exit-when-done", "--timeout", "180")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "Creating the team again" in first.stdout
-    assert "Run it again in this team: python manage.py demo --team again" in first.stdout
+    assert "Run it again in this team: bash scripts/demo.sh --team again" in first.stdout
     again = RunningDemo(tmp_path / "var", *FAST, "--team", "again")
     try:
         again.wait_for("TEAM_WORKFLOW_OK")

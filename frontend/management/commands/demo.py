@@ -234,7 +234,7 @@ class Command(BaseCommand):
             if not reported and _workflow_ok(server, lead_token, prompt_id):
                 reported = True
                 self._say("TEAM_WORKFLOW_OK: the Lead reports both tasks completed.")
-                self._say(f"Run it again in this team: python manage.py demo --team {team}")
+                self._say(f"Run it again in this team: bash scripts/demo.sh --team {team}")
                 if exit_when_done:
                     return 0
             if timeout is not None and time.monotonic() - started > timeout:
