@@ -203,21 +203,13 @@ class Writer(concurrent.futures.Executor):
                 self._after_call_quietly()
                 for job in batch:
                     job.error = job.error or exc
-                self._finish_quietly(batch)
+                _on_their_loops(batch, _resolve_all)
 
     def _after_call_quietly(self) -> None:
         try:
             self._after_call()
         except Exception:
             log.warning("closing the writer's connection failed", exc_info=True)
-
-    def _finish_quietly(self, jobs: list[Job]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
-        for job in jobs:
-            by_loop.setdefault(job.loop, []).append(job)
-        for loop, mine in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
-                loop.call_soon_threadsafe(_resolve_all, mine)
 
     def _call(self, call: _Call) -> None:
         if not call.future.set_running_or_notify_cancel():
@@ -301,14 +293,7 @@ class Writer(concurrent.futures.Executor):
         for job in jobs:
             if job.error is None:
                 job.committed()
-        by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
-        for job in jobs:
-            by_loop.setdefault(job.loop, []).append(job)
-        for loop, mine in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_finish_all, mine)
-            except RuntimeError:  # that loop has closed: nobody waits for these answers
-                pass
+        _on_their_loops(jobs, _finish_all)
 
     @staticmethod
     def _execute(job: Job, batch: Batch) -> None:
@@ -321,6 +306,16 @@ class Writer(concurrent.futures.Executor):
 
 def _lock_order(job: Job) -> tuple:
     return job.lock_order
+
+
+def _on_their_loops(jobs: list[Job], fn: Callable[[list[Job]], None]) -> None:
+    """From the writer thread: ``fn`` of the jobs of each event loop, on that loop, in order."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, mine in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits for these answers
+            loop.call_soon_threadsafe(fn, mine)
 
 
 def _finish_all(jobs: list[Job]) -> None:
