@@ -23,6 +23,27 @@ def _quota_buckets_empty():
     yield
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    """Time that moves only when the test says: ``clock.shift(seconds)`` (or a ``timedelta``).
+
+    time-machine stops the wall clock (``time.time()``, ``timezone.now()``: what the
+    database's timestamps, django-axes' cool-off and the sweeper's deadlines read), and
+    the quota buckets (mailbox/quota.py) are handed that clock in place of
+    ``time.monotonic``, which time-machine leaves alone: the event loop's own timers
+    (``loop.time()``) keep running, so the test's awaits and timeouts work as ever."""
+    import time
+
+    import time_machine
+
+    from mailbox import quota
+
+    with time_machine.travel(time.time(), tick=False) as traveller:
+        for buckets in (quota.history, quota.requests):
+            monkeypatch.setattr(buckets, "clock", time.time)
+        yield traveller
+
+
 @pytest.fixture(autouse=True)
 def _process_registers_afresh(monkeypatch):
     """Each test's database starts without this process's heartbeat row. The
