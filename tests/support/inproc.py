@@ -115,5 +115,91 @@ async def spawn(api: Api, lead_token: str, team: str, name: str, prompt: str = "
     return await token_for(team, name)
 
 
+async def manage_json(*args: str) -> dict:
+    """``manage.py ARGS --json`` run in this process on the test database (a database
+    thread, as the in-process clients' calls are): what it printed, read as JSON."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    await database_sync_to_async(call_command)(*args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
 def frames_json(frames) -> str:
     return json.dumps(frames, sort_keys=True)
+
+
+class Served:
+    """config.asgi's application served on a real socket by this test's own event loop
+    (uvicorn as the ASGI server), for clients that need a URL: the SDK's sessions and
+    host, MCP and A2A clients, streams that httpx's in-process transport cannot read as
+    they come. The application is the one daphne runs, on the test database and the
+    run's channel layer; no process is started, and the socket is bound here, on a port
+    the kernel picks, before anything connects (nothing can take it meanwhile).
+
+    ``statuses`` holds every HTTP answer's status and ``closes`` every websocket close
+    code the application sent (what daphne's access log told the live tests)."""
+
+    def __init__(self, app=None):
+        self.app = app or application
+        self.statuses: list[int] = []
+        self.closes: list[int] = []
+        self._server = None
+        self._task: asyncio.Task | None = None
+
+    async def _app(self, scope, receive, send):
+        async def recorded(message):
+            if message["type"] == "http.response.start":
+                self.statuses.append(message["status"])
+            elif message["type"] == "websocket.close":
+                self.closes.append(message.get("code", 1000))
+            await send(message)
+
+        await self.app(scope, receive, recorded)
+
+    async def start(self) -> "Served":
+        import socket
+
+        import uvicorn
+
+        # IPPROTO_TCP named, not the default 0: asyncio sets TCP_NODELAY only on sockets that
+        # say they are TCP, and without it every answer waited 40 ms for a delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self._app, interface="asgi3", lifespan="off", log_config=None, access_log=False,
+                                proxy_headers=False, ws_ping_interval=None, timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        async with asyncio.timeout(10):
+            while not self._server.started:
+                if self._task.done():
+                    self._task.result()
+                await asyncio.sleep(0.01)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def server_errors(self) -> list[int]:
+        """The 5xx answers and the websockets closed with 1011 (an internal error)."""
+        return [status for status in self.statuses if status >= 500] + [code for code in self.closes if code == 1011]
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def __aenter__(self) -> "Served":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
