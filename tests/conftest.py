@@ -109,6 +109,27 @@ def module_daphne_server(module_live_env):
     server.stop()
 
 
+@pytest.fixture
+def inproc_env(transactional_db, tmp_path):
+    """The test database, asked as a live environment is (tests/support/inproc.py)."""
+    from tests.support.inproc import InProcessEnvironment
+
+    return InProcessEnvironment(tmp_path)
+
+
+@pytest.fixture
+async def served(transactional_db, settings):
+    """The application served on a real socket by the test's event loop, with the timings the
+    live environments' daphne processes have (tests/support/inproc.py ``Served``); no process."""
+    from tests.support.inproc import LIVE_TIMINGS, Served, sweeper_stop
+
+    settings.STEERBOARD = {**settings.STEERBOARD, **LIVE_TIMINGS}
+    server = await Served().start()
+    yield server
+    await server.stop()
+    await sweeper_stop()
+
+
 def _shared(request) -> bool:
     return request.node.get_closest_marker("shared_server") is not None
 

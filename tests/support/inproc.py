@@ -139,12 +139,13 @@ class Served:
     run's channel layer; no process is started, and the socket is bound here, on a port
     the kernel picks, before anything connects (nothing can take it meanwhile).
 
-    ``statuses`` holds every HTTP answer's status and ``closes`` every websocket close
-    code the application sent (what daphne's access log told the live tests)."""
+    ``requests`` holds every HTTP answer's (method, path, status) and ``closes`` every
+    websocket close code the application sent (what daphne's access log told the live
+    tests), each as the answer starts: before its client can read it."""
 
     def __init__(self, app=None):
         self.app = app or application
-        self.statuses: list[int] = []
+        self.requests: list[tuple[str, str, int]] = []
         self.closes: list[int] = []
         self._server = None
         self._task: asyncio.Task | None = None
@@ -152,7 +153,7 @@ class Served:
     async def _app(self, scope, receive, send):
         async def recorded(message):
             if message["type"] == "http.response.start":
-                self.statuses.append(message["status"])
+                self.requests.append((scope["method"], scope["path"], message["status"]))
             elif message["type"] == "websocket.close":
                 self.closes.append(message.get("code", 1000))
             await send(message)
@@ -191,7 +192,7 @@ class Served:
 
     def server_errors(self) -> list[int]:
         """The 5xx answers and the websockets closed with 1011 (an internal error)."""
-        return [status for status in self.statuses if status >= 500] + [code for code in self.closes if code == 1011]
+        return [status for _, _, status in self.requests if status >= 500] + [code for code in self.closes if code == 1011]
 
     async def stop(self) -> None:
         if self._server is not None and self._task is not None:
@@ -203,3 +204,76 @@ class Served:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+# The timings the live environments' daphne processes run with (tests/support/live.py), for
+# the application served in-process: recovery sweeps every half second, redelivers after 2 s.
+LIVE_TIMINGS = {"SWEEP_INTERVAL": 0.5, "REDELIVER_AFTER": 2.0, "HEARTBEAT_INTERVAL": 0.5, "PROCESS_TIMEOUT": 5.0}
+
+
+async def sweeper_stop() -> None:
+    """End this process's background sweeper if it runs on this event loop (the application
+    starts it at its first websocket or tool call; the loop ends with the test)."""
+    from mailbox import sweeper
+
+    task = sweeper._task
+    if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class InProcessEnvironment:
+    """The test database asked what a live environment (tests/support/live.py) is asked:
+    ``manage.py`` commands and SQL, run in this process, for helpers written for both
+    (tests/agents/support.py ``Team``). Each call runs on a thread of its own and is waited
+    for, so code on the event loop may make it; its connection is closed after it."""
+
+    def __init__(self, tmp_path):
+        import os
+
+        self.tmp_path = tmp_path
+        self.env = dict(os.environ)
+
+    @staticmethod
+    def _on_thread(fn):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from django.db import connections
+
+        def run():
+            try:
+                return fn()
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(run).result(timeout=120)
+
+    def manage(self, *args: str, check: bool = True) -> str:
+        import io
+
+        from django.core.management import call_command
+
+        out = io.StringIO()
+        self._on_thread(lambda: call_command(*args, stdout=out))
+        return out.getvalue()
+
+    def manage_json(self, *args: str) -> dict:
+        return json.loads(self.manage(*args, "--json"))
+
+    def team_create(self, name: str = "t") -> dict:
+        return self.manage_json("team_create", name)
+
+    def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
+        args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
+        return self.manage_json(*args, *(["--viewer"] if viewer else []))
+
+    def query(self, sql: str) -> list[tuple]:
+        from django.db import connection
+
+        def read():
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+                return list(cursor.fetchall())
+
+        return self._on_thread(read)
