@@ -130,6 +130,18 @@ async def served(transactional_db, settings):
     await sweeper_stop()
 
 
+@pytest.fixture
+def served_thread(transactional_db, settings):
+    """``served`` on an event loop of its own in a thread of this process, for tests that call
+    the server synchronously, as they would a daphne process (tests/support/inproc.py)."""
+    from tests.support.inproc import LIVE_TIMINGS, ServedThread
+
+    settings.STEERBOARD = {**settings.STEERBOARD, **LIVE_TIMINGS}
+    server = ServedThread().start()
+    yield server
+    server.stop()
+
+
 def _shared(request) -> bool:
     return request.node.get_closest_marker("shared_server") is not None
 

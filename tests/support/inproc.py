@@ -4,6 +4,7 @@ database and the configured channel layer."""
 import asyncio
 import itertools
 import json
+import threading
 
 import httpx
 from channels.db import database_sync_to_async
@@ -204,6 +205,50 @@ class Served:
 
     async def __aexit__(self, *exc) -> None:
         await self.stop()
+
+
+class ServedThread:
+    """``Served`` on an event loop of its own, in a thread of this process: for tests that
+    call the server synchronously (httpx, a websocket client of their own) from a test
+    function or from their own event loop, as they would call a daphne process."""
+
+    def __init__(self, app=None):
+        self.served = Served(app)
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        async def main():
+            self._loop = asyncio.get_running_loop()
+            self._stopping = asyncio.Event()
+            try:
+                await self.served.start()
+            except BaseException as exc:
+                self._error = exc
+                self._ready.set()
+                raise
+            self._ready.set()
+            await self._stopping.wait()
+            await self.served.stop()
+            await sweeper_stop()
+
+        asyncio.run(main())
+
+    def start(self) -> "ServedThread":
+        self._thread = threading.Thread(target=self._run, name="served", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30) or self._error is not None:
+            raise RuntimeError(f"the in-process server did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(30)
+
+    def __getattr__(self, name):  # url, ws_url, requests, closes, server_errors()
+        return getattr(self.served, name)
 
 
 # The timings the live environments' daphne processes run with (tests/support/live.py), for
