@@ -15,7 +15,6 @@ import os
 import secrets
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.ports import port_claim
 from tests.support.services import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server this test starts, that no other test process can be handed
+    meanwhile (tests/support/ports.py)."""
+    return port_claim()
 
 
 def _server(url: str) -> str:
