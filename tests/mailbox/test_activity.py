@@ -41,9 +41,13 @@ def activities(team: Team) -> dict[str, dict]:
 
 
 def activity_is(team: Team, member: str, state: str, detail=None) -> dict:
-    """Wait (a frame is handled asynchronously) until the member shows this state (and detail)."""
+    """Wait (a frame is handled asynchronously) until the member shows this state (and detail),
+    the same in all three views. Views read while the state moves on may differ: read again."""
     def check():
-        found = activities(team)[member]
+        try:
+            found = activities(team)[member]
+        except AssertionError:
+            return None
         if found["state"] == state and (detail is None or found["detail"] == detail):
             return found
         return None
