@@ -99,6 +99,9 @@ class Statements:
         queued, accepted, delivered, cancelled = (
             f"'{s}'" for s in (MessageState.QUEUED, MessageState.ACCEPTED, MessageState.DELIVERED, MessageState.CANCELLED)
         )
+        # What a delivered mark answers: the latency metric's queued_at, and what the message's
+        # deliver span is made of (mailbox/tracing.py: NULL trace columns unless its send was traced).
+        delivered_returning = "seq, queued_at, accepted_at, traceparent, tracestate"
 
         def counted(state: str) -> str:
             # One index range per state ((target, state, seq)): the pending few, never the inbox.
@@ -136,9 +139,11 @@ class Statements:
             f"last_error = '' "
             f"WHERE id = %s AND target_id = %s AND state IN ({pending}) "
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
-            f"RETURNING seq, queued_at"
+            f"RETURNING {delivered_returning}"
         )
         self.message_state = f"SELECT state FROM {message} WHERE id = %s AND target_id = %s"
+        # A stored message's trace context (the writer's batch, only when its process traces).
+        self.message_traced = f"UPDATE {message} SET traceparent = %s, tracestate = %s WHERE id = %s"
         self.prompt_started = (
             f"UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %s "
             f"WHERE id = %s AND target_id = %s AND state = '{PromptState.QUEUED}'"
@@ -278,12 +283,13 @@ class Statements:
                 f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
                 f"AND (EXISTS (SELECT 1 FROM h) "
                 f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
-                f"RETURNING seq, queued_at), "
+                f"RETURNING {delivered_returning}), "
                 f"l AS ({entry_records}), "
                 f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
                 f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
                 f"{usage_clause}"
-                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk), (SELECT queued_at FROM d)"
+                f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk), (SELECT queued_at FROM d), "
+                f"(SELECT accepted_at FROM d), (SELECT traceparent FROM d), (SELECT tracestate FROM d)"
             )
 
         self.entry_piped = entry()
@@ -445,7 +451,8 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
 def batch_flush(batch: Batch) -> None:
     """What a batch's jobs left for its end, in one statement each before the commit: the
     Lead-log records, in the order the jobs appended them, and (PostgreSQL) the results of
-    the idempotency keys its sends claimed."""
+    the idempotency keys its sends claimed; when the process traces, the trace context of
+    the messages its sends stored (a statement a message, in the pipeline on PostgreSQL)."""
     sql = statements(batch.db)
     if batch.log_rows:
         statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
@@ -456,3 +463,7 @@ def batch_flush(batch: Batch) -> None:
         statement = sql.key_results.replace("{rows}", ", ".join([sql.key_results_row] * len(batch.key_results)))
         with HotCursor(batch.db) as cursor:
             cursor.execute(statement, params, prepare=False)
+    if batch.traces:
+        with HotCursor(batch.db) as cursor:
+            for message_id, traceparent, tracestate in batch.traces:
+                cursor.execute(sql.message_traced, [traceparent, tracestate, message_id])
