@@ -345,7 +345,7 @@ class EntryJob(_writer.Job):
         self.usage = entry.usage
         self.delivered = False
         self.queued_at = None  # the delivered message's, for the send-to-delivered latency
-        self.marked = None  # its delivered row: seq, queued_at, accepted_at, traceparent, tracestate
+        self.marked = None  # its delivered row: seq, queued_at (and, traced, accepted_at, traceparent, tracestate)
 
     def execute(self, batch) -> None:
         sql = hot_sql.statements(batch.db)
@@ -397,11 +397,11 @@ class EntryJob(_writer.Job):
             "name": member.name, "mark": bool(self.message_id) and not self._delivered_deferred(),
         }
         if self.usage is None:
-            return sql.entry_piped, params
+            return sql.entry_piped_traced if tracing.enabled else sql.entry_piped, params
         usage = self.usage
         params.update(model=usage.model, input=usage.input_tokens, output=usage.output_tokens,
                       cached=usage.cached_tokens)
-        return sql.entry_piped_usage, params
+        return sql.entry_piped_usage_traced if tracing.enabled else sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
         inserted, seq, state, self.queued_at = row[:4]
@@ -516,11 +516,12 @@ class DeliveredJob(_writer.Job):
 
 def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | None:
     """``delivered`` for a pending message of ``member`` whose entry its history holds, with
-    its record: the message's (seq, queued_at, accepted_at, traceparent, tracestate); None
-    when it is not (already delivered, or no such entry)."""
+    its record: the message's (seq, queued_at), and when the process traces its (accepted_at,
+    traceparent, tracestate) too; None when it is not (already delivered, or no such entry)."""
     sql = hot_sql.statements(batch.db)
     now = batch.now_db
-    cursor.execute(sql.mark_delivered, [now, now, message_id, member.pk, member.pk, message_id])
+    statement = sql.mark_delivered_traced if tracing.enabled else sql.mark_delivered  # the span's columns too
+    cursor.execute(statement, [now, now, message_id, member.pk, member.pk, message_id])
     marked = cursor.fetchone()
     if marked is None:
         return None
@@ -532,7 +533,10 @@ def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | Non
 
 
 def _delivery_traced(member: Member, message_id: str, marked: tuple) -> None:
-    """The delivered message's span (mailbox/tracing.py), from its delivered row."""
+    """The delivered message's span (mailbox/tracing.py), from its delivered row (the traced
+    statement's: a row marked before tracing was turned on has no trace columns)."""
+    if len(marked) < 5:
+        return
     seq, queued_at, accepted_at, traceparent, tracestate = marked
     try:
         tracing.delivered(member=member, message_id=message_id, seq=seq, queued_at=queued_at,

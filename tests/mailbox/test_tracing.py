@@ -163,6 +163,10 @@ async def test_a_messages_trace_goes_from_the_senders_call_to_the_targets_histor
     assert deliver.attributes["messaging.operation.type"] == "process"
     assert deliver.attributes["steerboard.seq"] == steer["seq"]
     assert deliver.kind.name == "CONSUMER"
+    # An entry that reports its usage runs the traced statement with usage (PostgreSQL) as well.
+    await impl.send({"type": "entry", "entry": {"id": "reply-1", "kind": "assistant_text", "text": "ok",
+                                                "usage": {"model": "m", "input_tokens": 3, "output_tokens": 2}}})
+    assert (await impl.expect("ack"))["folded"] is False
     await impl.close()
 
 
@@ -226,3 +230,19 @@ async def test_with_tracing_off_a_message_stores_and_carries_no_trace(api, spans
     await impl.integrate(steer)
     assert spans.get_finished_spans() == ()
     await impl.close()
+
+
+def test_with_tracing_off_the_hot_paths_statements_leave_the_trace_columns_alone():
+    """Off, a send and a delivery run the statements they ran before traces: the trace columns
+    are read by the ``_traced`` variants and written by the batch's own statement only."""
+    from django.db import connection
+
+    from mailbox import hot_sql
+
+    sql = hot_sql.statements(connection)
+    untraced = [sql.message_insert, sql.mark_delivered, sql.send_piped, sql.send_piped_keyed, sql.entry_piped,
+                sql.entry_piped_usage]
+    assert not [s for s in untraced if s is not None and "trace" in s]
+    assert "traceparent" in sql.mark_delivered_traced and "traceparent" in sql.message_traced
+    if connection.vendor == "postgresql":
+        assert "traceparent" in sql.entry_piped_traced and "traceparent" in sql.entry_piped_usage_traced
