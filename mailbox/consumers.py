@@ -400,6 +400,8 @@ class AgentConsumer(_JsonFrames):
     async def session_steer(self, event):
         self.steered.add(event["message"]["id"])
         await self.send_json({"type": "steer", "message": event["message"]})
+        if tracing.enabled:  # the pushed event of the message's deliver span
+            tracing.pushed(event["message"])
 
     async def session_prompt(self, event):
         await self.send_json({"type": "prompt", "prompt": event["prompt"]})
