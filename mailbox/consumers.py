@@ -354,7 +354,7 @@ class AgentConsumer(_JsonFrames):
         try:
             answer["result"] = await tools.tool_call(
                 member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
-                headers=tracing.frame_headers(frame),
+                headers=tracing.frame_headers(frame), trace_out=answer,  # the call's span, when traced
             )
         except TeamError as exc:
             answer.update(exc.as_wire())

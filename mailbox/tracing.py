@@ -212,6 +212,16 @@ def carrier(span) -> tuple[str, str | None] | None:
     return fields[TRACEPARENT], state if state is None or len(state) <= TRACESTATE_MAX else None
 
 
+def fields(span) -> dict[str, str]:
+    """``span``'s context as a frame's optional ``traceparent`` / ``tracestate`` fields (none
+    when tracing is off)."""
+    context = carrier(span)
+    if context is None:
+        return {}
+    traceparent, tracestate = context
+    return {TRACEPARENT: traceparent, **({TRACESTATE: tracestate} if tracestate else {})}
+
+
 def pushed(message: dict) -> None:
     """A steer frame of ``message`` left on this process's websocket to its target: the time,
     for the ``pushed`` event of its delivery's span (``delivered``). Only a traced message's."""

@@ -115,13 +115,22 @@ async def test_a_websocket_tool_frame_continues_the_trace_its_traceparent_names(
     await lead.connect("running")
     await lead.send({"type": "tool", "id": "c1", "name": "list_agents", "arguments": {},
                      "traceparent": f"00-{TRACE_ID}-{PARENT}-01"})
-    assert "result" in await lead.expect("tool_result")
+    answered = await lead.expect("tool_result")
+    assert "result" in answered
     await lead.send({"type": "tool", "id": "c2", "name": "list_agents", "arguments": {}, "traceparent": "garbage"})
     assert "result" in await lead.expect("tool_result")  # a context that does not parse is ignored
-    first, second = [s for s in spans.get_finished_spans() if s.name == "execute_tool list_agents"]
+    await lead.send({"type": "tool", "id": "c3", "name": "send_message", "arguments": {"target": "nobody", "message": "x"},
+                     "traceparent": f"00-{TRACE_ID}-{PARENT}-01"})
+    refused = await lead.expect("tool_result")
+    assert refused["error"]["code"] == "TEAM_UNKNOWN_TARGET"
+    first, second, _ = [s for s in spans.get_finished_spans() if s.name.startswith("execute_tool")]
     assert f"{first.context.trace_id:032x}" == TRACE_ID and f"{first.parent.span_id:016x}" == PARENT
     assert first.attributes["steerboard.transport"] == "ws"
     assert f"{second.context.trace_id:032x}" != TRACE_ID
+    # The answer names the server's span of the call, in the caller's trace (a refusal's too).
+    assert answered["traceparent"] == f"00-{TRACE_ID}-{first.context.span_id:016x}-01"
+    call = next(s for s in spans.get_finished_spans() if s.name == "execute_tool send_message")
+    assert refused["traceparent"] == f"00-{TRACE_ID}-{call.context.span_id:016x}-01"
     await lead.close()
 
 
