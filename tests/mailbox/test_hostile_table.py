@@ -24,6 +24,7 @@ from channels.db import database_sync_to_async
 from steerboard_protocol.tools import TEAM_TOOLS
 
 from mailbox.models import HostPresence
+from teams.models import Member
 from tests.support.inproc import Served, manage_json
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -191,6 +192,17 @@ async def _tool_frames_and_bodies(server: Served, tracebacks) -> None:
                                   "prompt": "p"}, headers={"Authorization": f"Bearer {lead}"})
         assert spawned.status_code == 200, spawned.text
         impl = (await manage_json("member_token", "fuzz", "impl"))["token"]
+        # impl says hello once and leaves: no longer provisioning, nobody is active, and a valid
+        # wait_agent of the table answers at once ("no-active-peer") instead of waiting out its
+        # timeout (30 s for `arguments: null`).
+        async with websockets.connect(f"{server.ws_url}/ws/agent/",
+                                      additional_headers={"Authorization": f"Bearer {impl}"}) as ws:
+            await ws.send('{"type": "hello", "status": "idle"}')
+            while json.loads(await ws.recv())["type"] != "welcome":
+                pass
+        async with asyncio.timeout(10):
+            while (await database_sync_to_async(lambda: Member.objects.get(name="impl").session_channel)()):
+                await asyncio.sleep(0.05)
         tools = (await http.get("/api/v1/tools")).json()
         assert sorted(t["name"] for t in tools) == sorted(TEAM_TOOLS)
         cases = rest_cases(tools)
