@@ -207,14 +207,14 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(inproc_env,
             await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(live_env, daphne_server):
+async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(inproc_env, served):
     """The session sends a turn's entries back to back, without waiting for each ack (they share
     the server's commits), yet when a tool call leaves the session every entry before it is
     acknowledged, and the turn ends (status idle) only once its last entry is."""
-    team = Team(live_env, daphne_server, "settled-entries")
+    team = Team(inproc_env, served, "settled-entries")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
                            max_backoff=0.3)
     outbox = session._outbox
     unacked_at_call: list[int] = []

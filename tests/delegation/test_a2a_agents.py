@@ -205,7 +205,8 @@ class AskingModel:
         return ModelReply(text=f"decided: {answers[-1]['source']['decision']}")
 
 
-async def test_a_stream_follows_its_task_through_input_required_to_its_answer(live_env, daphne_server):
+@pytest.mark.django_db(transaction=True)
+async def test_a_stream_follows_its_task_through_input_required_to_its_answer(inproc_env, served):
     """SendStreamingMessage on a task whose member asks a person: the one stream shows WORKING,
     INPUT_REQUIRED with the question, WORKING again once the caller's message on the task
     answered it, then the answer's artifact and COMPLETED (issue 28 item 2, end to end)."""
@@ -213,17 +214,17 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(li
 
     from steerboard_agents import AgentSession
 
-    team = Team(live_env, daphne_server, "asking")
+    team = Team(inproc_env, served, "asking")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200, spawned.text
     model = AskingModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     token = await asyncio.to_thread(credential, team, "planner")
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
         async with http(token) as h:
-            _, client = await client_for(h, f"{daphne_server.url}/a2a/asking/worker")
+            _, client = await client_for(h, f"{served.url}/a2a/asking/worker")
             events: list = []
             asked = asyncio.Event()
 
@@ -238,7 +239,7 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(li
             waiting = next(e.status_update for e in reversed(events) if e.HasField("status_update"))
             assert waiting.status.message.parts[0].text == "Drop the old table too?"
 
-            _, answering = await client_for(h, f"{daphne_server.url}/a2a/asking/worker", streaming=False)
+            _, answering = await client_for(h, f"{served.url}/a2a/asking/worker", streaming=False)
             answer = message("yes")
             answer.message.task_id = task_of(events).id
             await collect(answering.send_message(answer))
