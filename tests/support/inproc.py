@@ -172,8 +172,11 @@ class Served:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         self.port = sock.getsockname()[1]
+        # An idle keep-alive connection is kept (uvicorn closes one after 5 s by default, and a
+        # client that reuses it just then reads nothing; daphne keeps them for hours).
         config = uvicorn.Config(self._app, interface="asgi3", lifespan="off", log_config=None, access_log=False,
-                                proxy_headers=False, ws_ping_interval=None, timeout_graceful_shutdown=1)
+                                proxy_headers=False, ws_ping_interval=None, timeout_graceful_shutdown=1,
+                                timeout_keep_alive=3600)
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         async with asyncio.timeout(10):
