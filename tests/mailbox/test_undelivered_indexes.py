@@ -16,9 +16,11 @@ from mailbox import hot_sql, metrics, recovery, selectors
 from mailbox.models import LeadLogRecord, MessageState, TeamMessage
 from teams.models import Member, Phase, SessionState
 from teams.services import member_spawn, team_create
-from tests.support.sends import message_send
+from tests.support.sends import message_send, messages_store_delivered
 
 pytestmark = pytest.mark.django_db
+
+DELIVERED = 5000
 
 
 class Executed:
@@ -63,29 +65,11 @@ def team():
     # Many delivered ones (which the partial indexes do not hold), and the planners' statistics:
     # on a table of a few rows PostgreSQL's costs pick any index.
     w2 = Member.objects.get(team=team, name="w2")
-    _delivered_store(team_id=team.pk, sender_id=lead.pk, target_id=w2.pk, count=DELIVERED)
+    messages_store_delivered(team_id=team.pk, sender_id=lead.pk, target_id=w2.pk, count=DELIVERED)
     Member.objects.filter(pk=w2.pk).update(next_seq=DELIVERED + 1, phase=Phase.ACTIVE, session_state=SessionState.RUNNING)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return team
-
-
-DELIVERED = 5000
-
-
-def _delivered_store(*, team_id: int, sender_id: int, target_id: int, count: int) -> None:
-    if connection.vendor == "postgresql":
-        series, prefix = f"generate_series(1, {count}) AS s(g)", ""
-    else:
-        series, prefix = "s", f"WITH RECURSIVE s(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM s WHERE g < {count}) "
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"{prefix}INSERT INTO {TeamMessage._meta.db_table} (id, team_id, sender_id, target_id, content, seq, "
-            f"thread_id, reply_to, kind, state, attempts, failures, repushes, last_error, created_at, queued_at, "
-            f"accepted_at, delivered_at) SELECT 'delivered-' || g, %s, %s, %s, 'old', g, '', '', 'message', %s, 1, 0, 0, "
-            f"'', %s, %s, %s, %s FROM {series}",
-            [team_id, sender_id, target_id, MessageState.DELIVERED, *[timezone.now()] * 4],
-        )
 
 
 READS = {
