@@ -40,6 +40,7 @@ from frontend.signals import session_group, user_group
 from mailbox import events, outage
 from mailbox.consumers import LeanConsumer
 from mailbox.db import to_db_thread
+from teams.errors import ErrorCode, TeamError
 from teams.models import Team
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _session_watch_start() -> None:
 
 
 def _error(message: str) -> dict:
-    return {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": message}}
+    return {"type": "error", **TeamError(ErrorCode.VALIDATION_ERROR, message).as_wire()}
 
 
 class DashboardConsumer(LeanConsumer):

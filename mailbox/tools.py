@@ -7,8 +7,9 @@ one service, which writes its Lead-log record and rings the dashboard's doorbell
 """
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from django.conf import settings
 from django.db import transaction
@@ -32,6 +33,9 @@ class Tool:
     result: type[BaseModel]
     run: Callable[[Member, BaseModel], Awaitable[dict]]
     lead_only: bool = False
+    # Fields every refusal of a call to this tool carries beside ``error``, whichever
+    # transport or step refused it (``refused``): send_message's ``persisted: false``.
+    refusal_extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     def schema(self) -> dict:
         return {
@@ -185,6 +189,7 @@ TOOLS: dict[str, Tool] = {
             S.SendMessageArgs,
             S.SendMessageResult,
             _send_message,
+            refusal_extra=MappingProxyType({"persisted": False}),  # a refused send stored nothing: send it again
         ),
         Tool(
             "list_agents",
@@ -252,22 +257,27 @@ TOOLS: dict[str, Tool] = {
 
 
 async def tool_call(
-    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None
+    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None,
+    trace_out: dict | None = None,
 ) -> dict:
     """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
     (``metrics.TRANSPORTS``): what the call came through, for the metrics; ``headers``: the
-    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py)."""
+    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py);
+    ``trace_out``, if given, gets that span's own ``traceparent`` (and ``tracestate``) when
+    tracing is on, for the answer's frame."""
     token = metrics.transport.set(transport)
     fields = log_context.of_member(member)
     bound = log_context.bind(**fields)
     label = name if name in TOOLS else "unknown"  # no caller-chosen label values
     try:
         with tracing.tool_span(name=label, team=fields["team"], member=member.name, transport=transport,
-                               headers=headers):
+                               headers=headers) as span:
+            if trace_out is not None:
+                trace_out.update(tracing.fields(span))
             result = await _tool_call(member=member, name=name, arguments=arguments)
     except TeamError as exc:
         metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))
-        raise
+        raise refused(name, exc)
     except Exception:
         metrics.tool_called(tool=label, outcome="error")
         raise
@@ -289,24 +299,34 @@ async def _tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     return tool.result.model_validate(result).model_dump(mode="json")
 
 
+def refused(name: str, exc: TeamError) -> TeamError:
+    """A refusal of a call to the tool ``name``, with the extras that tool declares for its
+    refusals (``Tool.refusal_extra``; a field the refusal already set is kept). The one place
+    they are applied: the dispatch below, and every transport and edge step that refuses a
+    call before it gets there (mailbox/edge.py, the REST body, MCP's and the websocket's
+    argument checks, the websocket's rate and in-flight caps)."""
+    tool = TOOLS.get(name)
+    if tool is not None:
+        for key, value in tool.refusal_extra.items():
+            exc.extra.setdefault(key, value)
+    return exc
+
+
 def validate_arguments(tool: Tool, arguments) -> BaseModel:
     from pydantic import ValidationError
 
-    extra = {"persisted": False} if tool.name == "send_message" else {}
     if not isinstance(arguments, dict):
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "The arguments are a JSON object.", **extra)
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "The arguments are a JSON object.")
     if "sender" in arguments:
         raise TeamError(
-            ErrorCode.VALIDATION_ERROR,
-            "The sender is always the member your token names; remove the 'sender' field.",
-            **extra,
+            ErrorCode.VALIDATION_ERROR, "The sender is always the member your token names; remove the 'sender' field."
         )
     if tool.name == "send_message":
         _steer_only(arguments)
     try:
         return tool.args.model_validate(arguments)
     except ValidationError as exc:
-        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc), **extra)
+        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
 
 
 def _steer_only(arguments: dict) -> None:
@@ -320,7 +340,6 @@ def _steer_only(arguments: dict) -> None:
             "Team messages always steer: a running target gets the message at its next step boundary, an idle "
             "one starts a turn, an inactive one is resumed. There is no quiet, scheduled or deferred delivery "
             "and no notification policy to choose.",
-            persisted=False,
         )
 
 
