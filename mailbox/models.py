@@ -64,7 +64,7 @@ class TeamMessage(models.Model):
 
     # On PostgreSQL Django adds a second index to a text key for LIKE (``…_like``); nothing
     # searches ids by pattern, and a random id makes every send write a random page of it:
-    # migration 0012 drops it (and the Lead log's for ``message``).
+    # migration 0013 drops it (and the Lead log's for ``message``).
     id = models.CharField(primary_key=True, max_length=64, default=message_id_new, editable=False)
     # No index of their own: (team, -queued_at) and (target, seq) lead with these
     # columns, and every send would pay for the extra index (delivery's hot path).

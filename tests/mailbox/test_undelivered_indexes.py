@@ -109,7 +109,7 @@ def test_the_hot_paths_mailbox_counts_use_the_partial_index(team):
 
 def test_message_ids_have_no_like_index():
     # Django adds one to a text key on PostgreSQL; nothing matches ids by pattern, and with
-    # random ids every send wrote a random page of it (migration 0012 drops them).
+    # random ids every send wrote a random page of it (migration 0013 drops them).
     with connection.cursor() as cursor:
         for table in (TeamMessage._meta.db_table, LeadLogRecord._meta.db_table):
             indexes = connection.introspection.get_constraints(cursor, table)

@@ -42,7 +42,7 @@ def like_indexes_create(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mailbox', '0011_human_asks'),
+        ('mailbox', '0012_message_trace_context'),
         ('teams', '0004_team_token_budget'),
     ]
 
