@@ -8,11 +8,19 @@ records).
     python bench/growth.py --sizes 1000 100000     # stop earlier
     python bench/growth.py --explain               # and where each first load's SQL time goes, with plans
 
+    python bench/growth.py --sequential            # one environment, grown and measured size after size
+
 First load = GET /teams/<team>/ (the dashboard page, logged in as an
 operator) and, beside it, GET /api/v1/teams/<team> and the first page of
 /api/v1/teams/<team>/messages, unfiltered and filtered (state + sender +
-text). Each figure is the p50 of --repeats requests; the ratio is against the
-first size.
+text). Each figure is the p50 of --repeats requests (and twice as many
+sends); the ratio is against the first size.
+
+Each size has its own environment (a database and one daphne process), all
+filled first and then measured in turns: each round two sends and one request
+of each kind on every size, the order of the sizes reversed every other round.
+A busy moment of a shared machine then weighs on every size alike; measured
+one after the other, minutes apart, the same code read 0.56x and 3.0x.
 """
 import argparse
 import asyncio
@@ -114,80 +122,177 @@ async def login(client: httpx.AsyncClient, operator: dict) -> None:
     )
 
 
-async def timed_get(client: httpx.AsyncClient, path: str, repeats: int, **kw) -> tuple[float, int]:
-    times, status = [], 0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        response = await client.get(path, **kw)
-        times.append(time.perf_counter() - t)
-        status = response.status_code
-    return pct(times, 50), status
+class Stored:
+    """One environment (its database, one daphne process, a team of BULK_MEMBERS with their
+    sessions) holding ``size`` stored messages, and the samples measured on it."""
 
+    def __init__(self, bench: Bench, team: dict, fleet: Fleet):
+        self.bench, self.team, self.fleet = bench, team, fleet
+        self.size = 0
+        self.samples: dict[str, list[float]] = {}
+        self.status = 0
+        self.sent = 0
+        self.api: httpx.AsyncClient | None = None
+        self.browser: httpx.AsyncClient | None = None
 
-async def measure(bench: Bench, fleet: Fleet, team: dict, repeats: int) -> dict:
-    out = {}
-    load = Load()
-    names = fleet.names
-    for i in range(repeats * 2):
-        target = names[i % len(names)]
-        sender = names[(i + 1) % len(names)]
-        await fleet.send(load, team["members"][sender], target, f"growth probe {i}")
-    await fleet.drain(load, 60)
-    accepted, delivered, missing = fleet.latencies(load)
-    out["send→accepted p50"] = pct(accepted, 50)
-    out["send→delivered p50"] = pct(delivered, 50)
-    url = bench.servers[0].url
-    auth = {"Authorization": f"Token {team['operator']['token']}"}
-    async with httpx.AsyncClient(base_url=url, timeout=120) as api:
-        out["GET /api/v1/teams/<team> p50"], _ = await timed_get(api, f"/api/v1/teams/{team['team']}", repeats, headers=auth)
-        out["GET .../messages first page p50"], _ = await timed_get(
-            api, f"/api/v1/teams/{team['team']}/messages", repeats, headers=auth
-        )
+    @classmethod
+    async def start(cls, backend: str) -> "Stored":
+        bench = Bench(backend, processes=1, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+        try:
+            team = bench.provision("growth", BULK_MEMBERS, operator="grower")
+            # The bulk insert (a fixture, straight into the database) needs the team's row id.
+            team["team_id"] = bench.env.query(f"SELECT id FROM teams_team WHERE name = '{team['team']}'")[0][0]
+            fleet = Fleet(bench, team)
+            await fleet.connect()
+        except BaseException:
+            bench.close()
+            raise
+        return cls(bench, team, fleet)
+
+    async def grow(self, size: int) -> float:
+        t = time.monotonic()
+        await asyncio.to_thread(bulk_insert, self.bench, self.team, self.size, size)
+        # The bulk's messages are delivered without the sessions: each session goes on
+        # from its inbox's last seq (it had integrated everything before the bulk).
+        for name, next_seq in self.bench.env.query(
+            f"SELECT name, next_seq FROM teams_member WHERE team_id = {self.team['team_id']}"
+        ):
+            if name in self.fleet.agents:
+                self.fleet.agents[name].last_seq = next_seq - 1
+        self.size = size
+        self.samples = {}
+        return time.monotonic() - t
+
+    async def clients(self) -> None:
+        url = self.bench.servers[0].url
+        self.api = httpx.AsyncClient(base_url=url, timeout=120,
+                                     headers={"Authorization": f"Token {self.team['operator']['token']}"})
+        self.browser = httpx.AsyncClient(base_url=url, timeout=120, follow_redirects=True)
+        await login(self.browser, self.team["operator"])
+
+    def _add(self, key: str, values: list[float]) -> None:
+        self.samples.setdefault(key, []).extend(values)
+
+    async def sample(self, sends: int, gets: int, warm: bool = False) -> None:
+        """``sends`` sends (each answered before the next), until all are delivered; then
+        ``gets`` of each first load. ``warm``: first one send and one request of each kind,
+        not counted (the server has been idle while the other sizes were measured)."""
+        if warm:
+            samples = self.samples
+            self.samples = {}
+            await self.sample(1, 1)
+            self.samples = samples
+        team, names = self.team, self.fleet.names
+        load = Load()
+        for _ in range(sends):
+            i = self.sent
+            self.sent += 1
+            target, sender = names[i % len(names)], names[(i + 1) % len(names)]
+            await self.fleet.send(load, team["members"][sender], target, f"growth probe {i}")
+        await self.fleet.drain(load, 60)
+        accepted, delivered, _missing = self.fleet.latencies(load)
+        self._add("send→accepted p50", accepted)
+        self._add("send→delivered p50", delivered)
         # The operator's search (issue 14): state + sender + text, combined, first page.
         filtered = f"/api/v1/teams/{team['team']}/messages?state=delivered&sender={names[1]}&q=stored"
-        out["GET .../messages filtered first page p50"], _ = await timed_get(api, filtered, repeats, headers=auth)
-    async with httpx.AsyncClient(base_url=url, timeout=120, follow_redirects=True) as browser:
-        await login(browser, team["operator"])
-        value, status = await timed_get(browser, f"/teams/{team['team']}/", repeats)
-        out[f"GET /teams/<team>/ page p50 (HTTP {status})"] = value
-    return out
+        for key, client, path in (
+            ("GET /api/v1/teams/<team> p50", self.api, f"/api/v1/teams/{team['team']}"),
+            ("GET .../messages first page p50", self.api, f"/api/v1/teams/{team['team']}/messages"),
+            ("GET .../messages filtered first page p50", self.api, filtered),
+            ("GET /teams/<team>/ page p50", self.browser, f"/teams/{team['team']}/"),
+        ):
+            times = []
+            for _ in range(gets):
+                t = time.perf_counter()
+                response = await client.get(path)
+                times.append(time.perf_counter() - t)
+                if client is self.browser:
+                    self.status = response.status_code
+            self._add(key, times)
+
+    def figures(self) -> dict[str, float]:
+        out = {key: pct(values, 50) for key, values in self.samples.items()}
+        page = "GET /teams/<team>/ page p50"
+        out[f"{page} (HTTP {self.status})"] = out.pop(page)
+        return out
+
+    async def close(self) -> None:
+        try:
+            await self.fleet.close()
+            for client in (self.api, self.browser):
+                if client is not None:
+                    await client.aclose()
+        finally:
+            self.bench.close()
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 async def run(args) -> None:
-    bench = Bench(args.backend, processes=1, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+    if args.sequential:
+        await run_sequential(args)
+        return
+    # Interleaved: one environment per size, all filled first, then measured in turns (a
+    # send or two and a request of each kind on each, the order reversed every round), so
+    # a machine shared with other work weighs on every size alike. Measured one size after
+    # the other (--sequential) minutes apart, the ratio moved 0.56-3.0x between runs of
+    # the same code on this shared machine.
+    print(f"== cost growth on {args.backend}, interleaved: one daphne process and database per size; "
+          f"p50 of {args.repeats} requests and {args.repeats * 2} sends each (load {loadavg()})")
+    sizes: list[Stored] = []
     try:
-        team = bench.provision("growth", BULK_MEMBERS, operator="grower")
-        # The bulk insert (a fixture, straight into the database) needs the team's row id.
-        team["team_id"] = bench.env.query(f"SELECT id FROM teams_team WHERE name = '{team['team']}'")[0][0]
-        fleet = Fleet(bench, team)
-        await fleet.connect()
-        print(f"== cost growth on {args.backend} (one process); p50 of {args.repeats} requests each")
-        results = []
-        stored = 0
         for size in args.sizes:
-            t = time.monotonic()
-            await asyncio.to_thread(bulk_insert, bench, team, stored, size)
-            # The bulk's messages are delivered without the sessions: each session goes on
-            # from its inbox's last seq (it had integrated everything before the bulk).
-            for name, next_seq in bench.env.query(
-                f"SELECT name, next_seq FROM teams_member WHERE team_id = {team['team_id']}"
-            ):
-                if name in fleet.agents:
-                    fleet.agents[name].last_seq = next_seq - 1
-            stored = size
-            print(f"  {size:>9} stored messages (bulk insert {time.monotonic() - t:.1f} s)")
-            results.append((size, await measure(bench, fleet, team, args.repeats)))
-            if args.explain:
-                await asyncio.to_thread(explain, bench, team, fleet.names[0])
-        base = results[0][1]
-        header = "".join(f"{size:>16}" for size, _ in results)
-        print(f"  {'figure':<44}{header}   ratio last/first")
-        for key in base:
-            cells = "".join(f"{ms(r.get(key, float('nan'))):>16}" for _, r in results)
-            print(f"  {key:<44}{cells}   {results[-1][1][key] / base[key]:6.2f}x")
-        await fleet.close()
+            stored = await Stored.start(args.backend)
+            sizes.append(stored)
+            took = await stored.grow(size)
+            print(f"  {size:>9} stored messages (bulk insert {took:.1f} s)")
+        for stored in sizes:
+            await stored.clients()
+        print(f"  measuring (load {loadavg()})")
+        for round_ in range(args.repeats):
+            for stored in (sizes if round_ % 2 == 0 else sizes[::-1]):
+                await stored.sample(sends=2, gets=1, warm=args.warm)
+        print(f"  done (load {loadavg()})")
+        table(args, [(s.size, s.figures()) for s in sizes])
+        if args.explain:
+            for stored in sizes:
+                print(f"  {stored.size} stored messages:")
+                await asyncio.to_thread(explain, stored.bench, stored.team, stored.fleet.names[0])
     finally:
-        bench.close()
+        for stored in sizes:
+            await stored.close()
+
+
+async def run_sequential(args) -> None:
+    """The earlier way: one environment, grown from size to size, each measured in one block."""
+    stored = await Stored.start(args.backend)
+    try:
+        print(f"== cost growth on {args.backend} (one process), sequential; p50 of {args.repeats} requests each "
+              f"(load {loadavg()})")
+        await stored.clients()
+        results = []
+        for size in args.sizes:
+            took = await stored.grow(size)
+            print(f"  {size:>9} stored messages (bulk insert {took:.1f} s; load {loadavg()})")
+            await stored.sample(sends=args.repeats * 2, gets=args.repeats)
+            results.append((size, stored.figures()))
+            if args.explain:
+                await asyncio.to_thread(explain, stored.bench, stored.team, stored.fleet.names[0])
+        table(args, results)
+    finally:
+        await stored.close()
+
+
+def table(args, results: list[tuple[int, dict]]) -> None:
+    base = results[0][1]
+    header = "".join(f"{size:>16}" for size, _ in results)
+    print(f"  {'figure':<44}{header}   ratio last/first")
+    for key in base:
+        cells = "".join(f"{ms(r.get(key, float('nan'))):>16}" for _, r in results)
+        print(f"  {key:<44}{cells}   {results[-1][1][key] / base[key]:6.2f}x")
 
 
 def explain(bench: Bench, team: dict, target: str) -> None:
@@ -203,6 +308,11 @@ def main() -> None:
     parser.add_argument("--backend", choices=["embedded", "scale-out"], default="embedded")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100000, 1000000])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--sequential", action="store_true",
+                        help="one environment grown from size to size and measured after each bulk insert "
+                             "(the way before issue 32), instead of one per size measured in turns")
+    parser.add_argument("--warm", action=argparse.BooleanOptionalAction, default=True,
+                        help="interleaved: each turn starts with one send and one request of each kind, not counted")
     parser.add_argument("--explain", action="store_true",
                         help="at each size, every SQL statement of a first load and a send, timed, with plans (bench/explain.py)")
     args = parser.parse_args()

@@ -34,7 +34,8 @@ from mailbox import activity, usage
 from mailbox import selectors as mailbox_selectors
 from frontend.markdown import markdown_html
 from mailbox.models import (
-    PENDING_STATES, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState, TeamMessage,
+    PENDING_STATES, UNDELIVERED, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState,
+    TeamMessage,
 )
 from teams.models import Activity, Member, Phase, SessionState, Status, Team, status_of
 from teams.wire_format import iso
@@ -99,7 +100,7 @@ def team_attention(
     # the (state, queued_at) index (recovery.messages_recover's way); otherwise it walked the team's
     # whole history through (team, -queued_at).
     pending = list(
-        TeamMessage.objects.filter(team=team, state__in=PENDING_STATES).order_by(
+        TeamMessage.objects.filter(UNDELIVERED, team=team, state__in=PENDING_STATES).order_by(
             "state", "queued_at"
         )[:PENDING_READ]
     )
@@ -246,7 +247,7 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     # The pending few through the (state, queued_at) index (ordered by state first, as
     # recovery.messages_recover reads them), counted here: by team, SQLite walked every old message.
     pending = (
-        TeamMessage.objects.filter(team_id__in=team_ids, state__in=PENDING_STATES)
+        TeamMessage.objects.filter(UNDELIVERED, team_id__in=team_ids, state__in=PENDING_STATES)
         .order_by("state", "queued_at")
         .values_list("team_id", "target_id", "state", "queued_at", "accepted_at")[:PENDING_READ * 10]
     )

@@ -18,8 +18,8 @@ from frontend.markdown import markdown_html
 from mailbox import activity, db, usage
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import (
-    COUNTED_STATES, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState, PromptState,
-    TeamMessage,
+    COUNTED_STATES, UNDELIVERED, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState,
+    PromptState, TeamMessage,
 )
 from teams import selectors as team_selectors
 from teams.models import Member, Status, Task, TaskStatus, Team
@@ -319,7 +319,7 @@ def teams_overview(*, limit: int = TEAM_LIST_WINDOW) -> list[dict]:
         members[member.team_id].append({"name": member.name, "role": member.role, "status": member.status})
         sent[member.team_id] += mailbox_selectors.sent_count(member.next_seq)
     states = {i: {str(state): 0 for state in MessageState} for i in ids}
-    counted = TeamMessage.objects.filter(team_id__in=ids, state__in=COUNTED_STATES)
+    counted = TeamMessage.objects.filter(UNDELIVERED, team_id__in=ids, state__in=COUNTED_STATES)
     for row in counted.values("team_id", "state").annotate(n=Count("pk")):
         states[row["team_id"]][row["state"]] = row["n"]
     for team_id, counts in states.items():

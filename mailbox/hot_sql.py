@@ -104,9 +104,16 @@ class Statements:
         # what the message's deliver span is made of (mailbox/tracing.py).
         traced_columns = ("accepted_at", "traceparent", "tracestate")
 
+        # The condition of the partial indexes on undelivered messages (models.UNDELIVERED), as
+        # SQLite must read it in a query to use them: every read of pending messages repeats it.
+        undelivered = f"NOT (state = {delivered})"
+
         def counted(state: str) -> str:
             # One index range per state ((target, state, seq)): the pending few, never the inbox.
-            return f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state = '{state}')"
+            return (
+                f"(SELECT COUNT(*) FROM {message} "
+                f"WHERE target_id = {member}.id AND state = '{state}' AND {undelivered})"
+            )
 
         pending_count = " + ".join(counted(s) for s in PENDING_STATES)
         # Takes the target's row lock (as select_for_update(no_key=True) does), hands out
@@ -119,7 +126,9 @@ class Statements:
             f"{budget_exhausted(f'{member}.team_id', 'CAST(%s AS bigint)')}"
         )
         self.target_refusal = f"SELECT id, phase FROM {member} WHERE team_id = %s AND name = %s"
-        self.target_pending = f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ({pending})"
+        self.target_pending = (
+            f"SELECT COUNT(*) FROM {message} WHERE target_id = %s AND state IN ({pending}) AND {undelivered}"
+        )
         self.budget_reason = f"SELECT {budget_reason('%s', '%s', 'CAST(%s AS bigint)')}"
         self.reply_thread = f"SELECT id, thread_id FROM {message} WHERE id = %s AND team_id = %s AND target_id = %s"
         self.message_insert = (
@@ -193,8 +202,12 @@ class Statements:
             f"AND session_state IN ({_listed(SessionState.RUNNING, SessionState.IDLE)})"
         )
         text = "CAST(%(target)s AS text)"
-        queued_none = f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = {queued})"
-        pending_all = f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ({pending}))"
+        queued_none = (
+            f"NOT EXISTS (SELECT 1 FROM {message} WHERE target_id = {member}.id AND state = {queued} AND {undelivered})"
+        )
+        pending_all = (
+            f"(SELECT COUNT(*) FROM {message} WHERE target_id = {member}.id AND state IN ({pending}) AND {undelivered})"
+        )
         # The message waits (the team's budget is used up, or its target has no session and no
         # host): the send records that as its try (attempts 1) and why (last_error, a waiting
         # failed record), in the words admission uses (usage.exhausted_reason, filled in here,

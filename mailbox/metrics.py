@@ -32,7 +32,7 @@ from django.db.models import Count, Min
 from prometheus_client import CollectorRegistry, exposition, gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from mailbox.models import PENDING_STATES, HostPresence, LogKind, SessionPresence, TeamMessage
+from mailbox.models import PENDING_STATES, UNDELIVERED, HostPresence, LogKind, SessionPresence, TeamMessage
 from teams.models import Member, Team, status_of
 
 # The transports a send may come through; what no transport sent (a management command, a
@@ -247,7 +247,7 @@ def _gauges(names: dict[int, str]):
     now = time.time()
     pending = {
         row["team_id"]: row
-        for row in TeamMessage.objects.filter(state__in=PENDING_STATES)
+        for row in TeamMessage.objects.filter(UNDELIVERED, state__in=PENDING_STATES)
         .values("team_id").annotate(n=Count("id"), oldest=Min("queued_at")).order_by()
     }
     undelivered = GaugeMetricFamily(

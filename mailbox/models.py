@@ -35,6 +35,14 @@ PENDING_STATES = (MessageState.QUEUED, MessageState.ACCEPTED)
 # Every other state is final; delivered is the one a selector may derive (sent less the
 # rest), every other is counted (mailbox/selectors.py).
 COUNTED_STATES = tuple(s for s in MessageState if s != MessageState.DELIVERED)
+# The messages not delivered (pending or cancelled): the rows of the partial indexes
+# ``message_undelivered_*``. A delivered message leaves them, so they hold the few a mailbox
+# waits on however many are stored, and marking a message delivered adds no entry to them.
+# SQLite uses a partial index only for a query that repeats its condition word for word (a
+# bound value counts), so every query meant for them filters on this too, and the hot path's
+# SQL writes it as ``NOT (state = 'delivered')`` (mailbox/hot_sql.py); PostgreSQL proves it
+# from any state filter but delivered.
+UNDELIVERED = ~Q(state=MessageState.DELIVERED)
 # A target in one of these phases takes no messages (delivery.refuse_phase says why).
 TARGET_REFUSING_PHASES = (Phase.RETIRED, Phase.FAILED)
 # A target that takes messages but has no session is in one of these; with no host connected,
@@ -54,6 +62,9 @@ class TeamMessage(models.Model):
     ``state`` and the transition fields are the Lead log folded onto the row.
     """
 
+    # On PostgreSQL Django adds a second index to a text key for LIKE (``…_like``); nothing
+    # searches ids by pattern, and a random id makes every send write a random page of it:
+    # migration 0013 drops it (and the Lead log's for ``message``).
     id = models.CharField(primary_key=True, max_length=64, default=message_id_new, editable=False)
     # No index of their own: (team, -queued_at) and (target, seq) lead with these
     # columns, and every send would pay for the extra index (delivery's hot path).
@@ -96,10 +107,16 @@ class TeamMessage(models.Model):
         constraints = [models.UniqueConstraint(fields=["target", "seq"], name="message_seq_unique_per_target")]
         indexes = [
             models.Index(fields=["team", "-queued_at"], name="message_team_recent"),
-            models.Index(fields=["target", "state", "seq"], name="message_target_state_seq"),
-            models.Index(fields=["state", "queued_at"], name="message_state_age"),
-            # The dashboard's charts: deliveries of a team in a time window (frontend/charts.py).
-            models.Index(fields=["team", "delivered_at"], name="message_team_delivered"),
+            # A target's pending (and cancelled) messages by state, in seq order: its mailbox
+            # limit, admission, redelivery, the dashboards' counts. Partial (UNDELIVERED): a
+            # million delivered messages are not in it, and delivering one writes nothing here.
+            models.Index(fields=["target", "state", "seq"], name="message_undelivered_target", condition=UNDELIVERED),
+            # The same messages of every team, oldest first: recovery, attention, metrics.
+            models.Index(fields=["state", "queued_at"], name="message_undelivered_age", condition=UNDELIVERED),
+            # The dashboard's charts: deliveries of a team in a time window (frontend/charts.py);
+            # a message enters it once delivered (the charts' `delivered_at >=` implies that).
+            models.Index(fields=["team", "delivered_at"], name="message_team_delivered",
+                         condition=Q(delivered_at__isnull=False)),
             # The operator filters (mailbox/selectors.message_list): by sender, newest first;
             # by thread, only the replies are indexed (a root is found by its id).
             models.Index(fields=["sender", "-queued_at"], name="message_sender_recent"),
@@ -130,6 +147,7 @@ class LeadLogRecord(models.Model):
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="log", db_index=False)  # (team, id) leads
     kind = models.CharField(max_length=32, choices=LogKind.choices)
+    # Indexed (a message's trace), without PostgreSQL's LIKE index: see TeamMessage.id.
     message = models.ForeignKey(TeamMessage, null=True, blank=True, on_delete=models.CASCADE, related_name="log")
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

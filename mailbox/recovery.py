@@ -33,7 +33,7 @@ from django.utils import timezone
 from mailbox import asks, delivery, events, faults, hosts, hot_path, idempotency, outage, presence, selectors, sessions
 from mailbox.delivery import target_admit
 from mailbox.models import (
-    PENDING_STATES, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
+    PENDING_STATES, UNDELIVERED, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
 )
 from mailbox.presence import PROCESS_ID, timing
 from teams.models import Member, SessionState
@@ -60,7 +60,7 @@ def messages_reconcile() -> int:
     """Mark delivered every message whose entry is in its target's history (a crash between the two)."""
     held = HistoryEntry.objects.filter(member_id=OuterRef("target_id"), message_id=OuterRef("pk"))
     found = list(
-        TeamMessage.objects.filter(state__in=PENDING_STATES)
+        TeamMessage.objects.filter(UNDELIVERED, state__in=PENDING_STATES)
         .filter(Exists(held))
         .order_by("state", "queued_at")  # walks the (state, queued_at) index; see messages_recover
         .values_list("pk", "target_id", "target__name", "team_id")[:500]
@@ -81,7 +81,7 @@ def _redelivery_due(stale_before) -> set[int]:
     add work exactly when the session is behind. The query reads the pending
     few (the (state, queued_at) index), never the backlog a second time."""
     rows = (
-        TeamMessage.objects.filter(state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
+        TeamMessage.objects.filter(UNDELIVERED, state=MessageState.ACCEPTED, accepted_at__lt=stale_before)
         .order_by("queued_at")
         .values_list("target_id", "accepted_at", "attempts")[:5000]
     )
@@ -108,9 +108,9 @@ def messages_recover() -> dict:
     # table through another index (130 ms per query at a million stored messages,
     # on the thread every websocket of the process shares).
     queued_targets = set(
-        TeamMessage.objects.filter(state=MessageState.QUEUED).order_by("queued_at").values_list("target_id", flat=True)[
-            :5000
-        ]
+        TeamMessage.objects.filter(UNDELIVERED, state=MessageState.QUEUED)
+        .order_by("queued_at")
+        .values_list("target_id", flat=True)[:5000]
     )
     stale_targets = _redelivery_due(stale_before)
     admitted = 0
@@ -231,14 +231,14 @@ def host_arrived(*, team_id: int, channel: str) -> None:
     Member.objects.filter(team_id=team_id).update(start_requested_at=None)
     hosts.members_start_pending(team_id=team_id)
     waiting = (
-        TeamMessage.objects.filter(team_id=team_id, state=MessageState.QUEUED)
+        TeamMessage.objects.filter(UNDELIVERED, team_id=team_id, state=MessageState.QUEUED)
         .values_list("target_id", flat=True)
         .distinct()
     )
     # Accepted for an inactive target means a start went to a host that may be gone: ask this one.
     unresumed = set(
         TeamMessage.objects.filter(
-            team_id=team_id, state=MessageState.ACCEPTED, target__session_state=SessionState.INACTIVE
+            UNDELIVERED, team_id=team_id, state=MessageState.ACCEPTED, target__session_state=SessionState.INACTIVE
         )
         .values_list("target_id", flat=True)
         .distinct()

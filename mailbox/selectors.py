@@ -5,7 +5,8 @@ from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
 from mailbox import usage
 from mailbox.models import (
-    COUNTED_STATES, PENDING_STATES, AskState, HistoryEntry, HumanAsk, HumanPrompt, MessageState, PromptState, TeamMessage,
+    COUNTED_STATES, PENDING_STATES, UNDELIVERED, AskState, HistoryEntry, HumanAsk, HumanPrompt, MessageState, PromptState,
+    TeamMessage,
 )
 from mailbox.text_match import ContainsAnyCase
 from teams import selectors as team_selectors
@@ -49,7 +50,9 @@ def pending_of(
     about 100 ms per query at 10^5 messages per target."""
     rows: list[TeamMessage] = []
     for state in states:
-        query = TeamMessage.objects.filter(target_id=target.pk, state=state).select_related("sender").order_by("seq")
+        query = (
+            TeamMessage.objects.filter(UNDELIVERED, target_id=target.pk, state=state).select_related("sender").order_by("seq")
+        )
         rows.extend(query[:limit] if limit else query)
     rows.sort(key=lambda m: m.seq)
     for row in rows:
@@ -71,7 +74,7 @@ def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
     totals = [(pk, sent_count(next_seq)) for pk, next_seq in Member.objects.filter(team=team).values_list("pk", "next_seq")]
     # By target (the (target, state, seq) index), not by team: only the counted few are read.
     rows = (
-        TeamMessage.objects.filter(target_id__in=[pk for pk, _ in totals], state__in=COUNTED_STATES)
+        TeamMessage.objects.filter(UNDELIVERED, target_id__in=[pk for pk, _ in totals], state__in=COUNTED_STATES)
         .values("target_id", "state")
         .annotate(n=Count("pk"))
     )
@@ -147,7 +150,7 @@ def messages_matching(
         states = [state] if state else list(PENDING_STATES)
         if state and state not in PENDING_STATES:
             return TeamMessage.objects.none()
-        qs = TeamMessage.objects.filter(team=team, state__in=states)
+        qs = TeamMessage.objects.filter(UNDELIVERED, team=team, state__in=states)
         if target:
             qs = qs.filter(target_id=ids[target])
     else:
