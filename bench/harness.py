@@ -8,7 +8,9 @@ product's public surfaces only.
   ``SECRET_KEY``, ``STEERBOARD_*``); ``manage.py migrate`` on it; ``manage.py``
   commands (``team_create``, ``operator_create``, ``delivery_audit``) with it.
 - ``Server``: ``python -m daphne -b 127.0.0.1 -p PORT config.asgi:application``
-  with that environment, ready once ``/readyz`` answers 200.
+  with that environment, ready once ``/readyz`` answers 200: the project's one daphne
+  launcher (frontend/daphne_process.py, shared with ``manage.py demo`` and the tests), on a
+  port claimed there (no other process can be handed it meanwhile).
 - ``provision_teams``: many teams at once, each made with ``POST /api/v1/teams`` as an
   operator, then provisioned as below.
 - ``provision``: ``manage.py team_create --json``; the bench holds the team's
@@ -18,15 +20,14 @@ product's public surfaces only.
   with it (so it is no longer provisioning and no host is asked again), then
   leaves until the benchmark's own session connects. Then the host leaves.
 
-Nothing here imports the server's code; every loop is bounded in time.
+Nothing here imports the server's code but that launcher (Django-free); every loop is
+bounded in time.
 """
 import asyncio
 import concurrent.futures
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from frontend.daphne_process import DaphneProcess, port_claim  # noqa: E402
 from steerboard_agents.client import ServerClient  # noqa: E402
 
 PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
@@ -46,9 +48,8 @@ REDIS_URL_DEFAULT = "redis://127.0.0.1:6379/0"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port no other process claiming ports on this machine is handed meanwhile."""
+    return port_claim()
 
 
 class Environment:
@@ -119,54 +120,20 @@ class Environment:
                 print(f"  (could not drop {self.db_name}: {exc})")
 
 
-class Server:
-    """One daphne process serving config.asgi:application."""
+class Server(DaphneProcess):
+    """One daphne process serving config.asgi:application (frontend/daphne_process.py)."""
 
     def __init__(self, environment: Environment, port: int | None = None):
         self.environment = environment
-        self.port = port or free_port()
-        self.log_path = environment.tmp / f"daphne-{self.port}.log"
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        port = port or free_port()
+        super().__init__(port=port, env=environment.env, log_path=environment.tmp / f"daphne-{port}.log",
+                         ready_path="/readyz")
 
     def start(self, timeout: float = 60) -> "Server":
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
-                cwd=ROOT, env=self.environment.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited early: {self.log()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"daphne did not answer in {timeout}s: {self.log()[-3000:]}")
+        return super().start(timeout)
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+    def stop(self, timeout: float = 15) -> None:
+        super().stop(timeout)
 
 
 # --- a team ------------------------------------------------------------------------------------------

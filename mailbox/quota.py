@@ -30,15 +30,19 @@ _MAX_KEYS = 10_000
 
 
 class Buckets:
-    """Token buckets by key: ``rate`` units a second, at most ``burst`` saved up."""
+    """Token buckets by key: ``rate`` units a second, at most ``burst`` saved up.
 
-    def __init__(self):
-        self._levels: dict = {}  # key -> (level, monotonic time of the level)
+    ``clock`` is what they read the time from, in seconds: ``time.monotonic`` (the
+    tests' ``clock`` fixture hands them a clock that moves only when the test moves it)."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._levels: dict = {}  # key -> (level, the clock's time of the level)
 
     def take(self, key, cost: float, *, rate: float, burst: float) -> float:
         """Take ``cost`` units: 0.0 when taken, else the seconds until they would be
         there (and nothing is taken). A cost over ``burst`` is charged as ``burst``."""
-        now = time.monotonic()
+        now = self.clock()
         cost = min(cost, burst)
         found = self._levels.get(key)
         level = burst if found is None else min(burst, found[0] + (now - found[1]) * rate)

@@ -23,6 +23,27 @@ def _quota_buckets_empty():
     yield
 
 
+@pytest.fixture
+def clock(monkeypatch):
+    """Time that moves only when the test says: ``clock.shift(seconds)`` (or a ``timedelta``).
+
+    time-machine stops the wall clock (``time.time()``, ``timezone.now()``: what the
+    database's timestamps, django-axes' cool-off and the sweeper's deadlines read), and
+    the quota buckets (mailbox/quota.py) are handed that clock in place of
+    ``time.monotonic``, which time-machine leaves alone: the event loop's own timers
+    (``loop.time()``) keep running, so the test's awaits and timeouts work as ever."""
+    import time
+
+    import time_machine
+
+    from mailbox import quota
+
+    with time_machine.travel(time.time(), tick=False) as traveller:
+        for buckets in (quota.history, quota.requests):
+            monkeypatch.setattr(buckets, "clock", time.time)
+        yield traveller
+
+
 @pytest.fixture(autouse=True)
 def _process_registers_afresh(monkeypatch):
     """Each test's database starts without this process's heartbeat row. The
@@ -84,6 +105,39 @@ def module_daphne_server(module_live_env):
     from tests.support.live import DaphneProcess
 
     server = DaphneProcess(module_live_env).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def inproc_env(transactional_db, tmp_path):
+    """The test database, asked as a live environment is (tests/support/inproc.py)."""
+    from tests.support.inproc import InProcessEnvironment
+
+    return InProcessEnvironment(tmp_path)
+
+
+@pytest.fixture
+async def served(transactional_db, settings):
+    """The application served on a real socket by the test's event loop, with the timings the
+    live environments' daphne processes have (tests/support/inproc.py ``Served``); no process."""
+    from tests.support.inproc import LIVE_TIMINGS, Served, sweeper_stop
+
+    settings.STEERBOARD = {**settings.STEERBOARD, **LIVE_TIMINGS}
+    server = await Served().start()
+    yield server
+    await server.stop()
+    await sweeper_stop()
+
+
+@pytest.fixture
+def served_thread(transactional_db, settings):
+    """``served`` on an event loop of its own in a thread of this process, for tests that call
+    the server synchronously, as they would a daphne process (tests/support/inproc.py)."""
+    from tests.support.inproc import LIVE_TIMINGS, ServedThread
+
+    settings.STEERBOARD = {**settings.STEERBOARD, **LIVE_TIMINGS}
+    server = ServedThread().start()
     yield server
     server.stop()
 

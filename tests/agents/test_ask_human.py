@@ -1,9 +1,10 @@
-"""ask_human through the SDK against a real daphne process (issue 28 items 1-2): a model asks a
+"""ask_human through the SDK (issue 28 items 1-2): a model asks a
 person for an approval and waits for the answer inside its step (``await_message`` with the
 ``ask_id``); an operator's answer over REST reaches the running session over its websocket and
 enters the conversation with the human-answer source, the decision and who answered. The same
 answer reaches a member whose session ended meanwhile: its host resumes it cold, and the answer
-is replayed to the new session."""
+is replayed to the new session. Against the application served in-process, but for the
+restart, which needs a daphne process to kill."""
 import asyncio
 
 import pytest
@@ -12,7 +13,6 @@ from steerboard_agents import AgentSession, Host, ModelReply, StepContext, ToolC
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 
-pytestmark = pytest.mark.e2e
 
 
 def _answers(context: StepContext) -> list[dict]:
@@ -56,12 +56,13 @@ def said(entries: list[dict]) -> list[str]:
     return [e.get("text") for e in entries if e["kind"] == "assistant_text"]
 
 
-async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_reaches_it(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "asking-live")
+@pytest.mark.django_db(transaction=True)
+async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_reaches_it(inproc_env, served):
+    team = Team(inproc_env, served, "asking-live")
     assert (await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d",
                                     prompt="")).status_code == 200
     model = AskingModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
@@ -91,11 +92,12 @@ async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_
         await asyncio.gather(running, return_exceptions=True)
 
 
+@pytest.mark.django_db(transaction=True)
 async def test_an_answer_to_a_member_whose_session_ended_is_delivered_when_its_host_resumes_it(
-    live_env, daphne_server
+    inproc_env, served
 ):
-    team = Team(live_env, daphne_server, "asking-cold")
-    host = Host(daphne_server.url, team.host_token, AskingModel, max_backoff=0.3)
+    team = Team(inproc_env, served, "asking-cold")
+    host = Host(served.url, team.host_token, AskingModel, max_backoff=0.3)
     hosting = asyncio.create_task(host.run())
     await asyncio.wait_for(host.connected.wait(), 30)
     assert (await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d",
@@ -111,7 +113,7 @@ async def test_an_answer_to_a_member_whose_session_ended_is_delivered_when_its_h
     waiting = [m for m in await asyncio.to_thread(team.messages) if m["kind"] == "human_answer"]
     assert [m["state"] for m in waiting] == ["queued"]  # no host: it waits in the mailbox
 
-    host = Host(daphne_server.url, team.host_token, AskingModel, max_backoff=0.3)
+    host = Host(served.url, team.host_token, AskingModel, max_backoff=0.3)
     hosting = asyncio.create_task(host.run())
     try:
         await until(lambda: "worker" in host.sessions, "the resume", timeout=60)
@@ -128,6 +130,7 @@ async def test_an_answer_to_a_member_whose_session_ended_is_delivered_when_its_h
         await asyncio.gather(hosting, return_exceptions=True)
 
 
+@pytest.mark.e2e
 async def test_an_ask_survives_a_server_restart_and_is_answered_after_it(live_env, daphne_server):
     team = Team(live_env, daphne_server, "asking-restart")
     assert (await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d",

@@ -1,4 +1,4 @@
-"""The host against a real daphne process: provisioning, and one session per member."""
+"""The host against the application served in-process: provisioning, and one session per member."""
 import asyncio
 
 import pytest
@@ -7,12 +7,12 @@ from steerboard_agents import EchoModel, Host
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def test_the_host_provisions_a_spawned_teammate_and_a_repeated_start_changes_nothing(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "hosting")
-    host = Host(daphne_server.url, team.host_token, EchoModel, max_backoff=0.3)
+async def test_the_host_provisions_a_spawned_teammate_and_a_repeated_start_changes_nothing(inproc_env, served):
+    team = Team(inproc_env, served, "hosting")
+    host = Host(served.url, team.host_token, EchoModel, max_backoff=0.3)
     running = asyncio.create_task(host.run())
     try:
         await asyncio.wait_for(host.connected.wait(), 30)

@@ -1,13 +1,16 @@
-"""AgentSession folding, against a real daphne process: a steer repeated for a
-message id the session already holds leaves one history entry."""
+"""AgentSession folding, against the application served in-process (tests/support/inproc.py):
+a steer repeated for a message id the session already holds leaves one history entry."""
 import asyncio
 
 import pytest
+from channels.db import database_sync_to_async
 
+from mailbox import recovery
 from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
+from tests.support.inproc import LIVE_TIMINGS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class GatedModel:
@@ -31,13 +34,13 @@ async def until(predicate, what, timeout=30):
         await asyncio.sleep(0.05)
 
 
-async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "folding")
+async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once(inproc_env, served, clock):
+    team = Team(inproc_env, served, "folding")
     send = lambda message: asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message=message)
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     model = GatedModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
@@ -47,8 +50,12 @@ async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once
         await until(lambda: session.stats["steers"] >= 2, "the second steer")
 
         # Recovery does not push again to a session of the same process that still holds
-        # its steers (REDELIVER_AFTER=2s, sweeps every 0.5s: three redeliveries would be due) ...
-        await asyncio.sleep(6)
+        # its steers: each of the three redeliveries comes due (REDELIVER_AFTER, then 3x and
+        # 7x it), and a pass then admits nothing ...
+        after = LIVE_TIMINGS["REDELIVER_AFTER"]
+        for factor in recovery.REDELIVERY_BACKOFF:
+            clock.shift(after * factor + 1)
+            assert (await database_sync_to_async(recovery.recovery_pass)())["admitted"] == 0
         assert session.stats["folded_steers"] == 0
         # ... and a reconnect replays every undelivered message.
         connects, folded = session.stats["connects"], session.stats["folded_steers"]
@@ -78,12 +85,12 @@ async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once
         await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_turn_once(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "prompt-race")
+async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_turn_once(inproc_env, served):
+    team = Team(inproc_env, served, "prompt-race")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     model = GatedModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)

@@ -1,4 +1,4 @@
-"""AgentSession and interrupt_agent, against a real daphne process: the turn ends,
+"""AgentSession and interrupt_agent, against the application served in-process: the turn ends,
 the inbox is kept and starts the next turn."""
 import asyncio
 
@@ -8,7 +8,7 @@ from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.agents.test_session_folding import GatedModel, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class FailingOnce:
@@ -31,8 +31,8 @@ async def start(team: Team, model) -> tuple[AgentSession, asyncio.Task]:
     return session, task
 
 
-async def test_interrupt_ends_the_turn_and_the_kept_inbox_starts_the_next(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "interrupting")
+async def test_interrupt_ends_the_turn_and_the_kept_inbox_starts_the_next(inproc_env, served):
+    team = Team(inproc_env, served, "interrupting")
     model = GatedModel()
     session, task = await start(team, model)
     try:
@@ -60,8 +60,8 @@ async def test_interrupt_ends_the_turn_and_the_kept_inbox_starts_the_next(live_e
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_failing_model_ends_its_turn_and_the_session_goes_on(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "failing")
+async def test_a_failing_model_ends_its_turn_and_the_session_goes_on(inproc_env, served):
+    team = Team(inproc_env, served, "failing")
     session, task = await start(team, FailingOnce())
     try:
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="one")

@@ -1,16 +1,15 @@
-"""Issue 12, item 9, against a real daphne process: an AgentSession whose entry is
+"""Issue 12, item 9, against the application served in-process: an AgentSession whose entry is
 refused by the member's history quota (HISTORY_QUOTA_EXCEEDED, with its entry_id and
 retry_after) sends it again after that pause instead of losing it, so the history
-ends up whole, only slower."""
+ends up whole, only slower. Its subject is that pause: the session waits it out in real time."""
 import asyncio
 
 import pytest
 
 from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
-from tests.support.live import DaphneProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 class ShortModel:
@@ -25,40 +24,38 @@ async def until(predicate, what, timeout=60):
         await asyncio.sleep(0.2)
 
 
-async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(live_env):
+async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(inproc_env, served, settings):
     # 6000 bytes a minute: 100 bytes a second after the first 6000.
-    server = DaphneProcess(live_env, STEERBOARD_HISTORY_BYTES_PER_MINUTE="6000").start()
+    settings.STEERBOARD = {**settings.STEERBOARD, "HISTORY_BYTES_PER_MINUTE": 6000}
+    server = served
+    team = Team(inproc_env, server, "quota")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
+    assert spawned.status_code == 200
+    session = AgentSession(server.url, await asyncio.to_thread(team.token, "worker"), ShortModel(), max_backoff=0.3)
+    running = asyncio.create_task(session.run())
     try:
-        team = Team(live_env, server, "quota")
-        spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
-        assert spawned.status_code == 200
-        session = AgentSession(server.url, await asyncio.to_thread(team.token, "worker"), ShortModel(), max_backoff=0.3)
-        running = asyncio.create_task(session.run())
-        try:
-            await asyncio.wait_for(session.connected.wait(), 30)
-            sent = []
-            # The first message's turn is about the whole minute's bytes (the entry that carries
-            # it, or the ones after it, wait for the quota); each later entry then waits for the
-            # bucket to refill by its own size, a few seconds at 100 bytes a second.
-            for i, size in enumerate([5600, 20, 20]):
-                answer = await asyncio.to_thread(
-                    team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * size
-                )
-                assert answer.status_code == 200, answer.text
-                sent.append(answer.json()["message_id"])
+        await asyncio.wait_for(session.connected.wait(), 30)
+        sent = []
+        # The first message's turn is about the whole minute's bytes (the entry that carries
+        # it, or the ones after it, wait for the quota); each later entry then waits for the
+        # bucket to refill by its own size, a few seconds at 100 bytes a second.
+        for i, size in enumerate([5600, 20, 20]):
+            answer = await asyncio.to_thread(
+                team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * size
+            )
+            assert answer.status_code == 200, answer.text
+            sent.append(answer.json()["message_id"])
 
-            async def all_delivered():
-                history = await asyncio.to_thread(team.history, "worker")
-                held = {e.get("source", {}).get("message_id") for e in history if e["kind"] == "user_message"}
-                return set(sent) <= held and session.idle.is_set()
+        async def all_delivered():
+            history = await asyncio.to_thread(team.history, "worker")
+            held = {e.get("source", {}).get("message_id") for e in history if e["kind"] == "user_message"}
+            return set(sent) <= held and session.idle.is_set()
 
-            await until(all_delivered, "every message in the worker's history")
-            assert session.stats.get("quota_waits", 0) >= 1  # the quota did refuse, and the session waited
-            states = {m["id"]: m["state"] for m in await asyncio.to_thread(team.messages)}
-            assert [states[m] for m in sent] == ["delivered"] * 3
-        finally:
-            await session.stop()
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+        await until(all_delivered, "every message in the worker's history")
+        assert session.stats.get("quota_waits", 0) >= 1  # the quota did refuse, and the session waited
+        states = {m["id"]: m["state"] for m in await asyncio.to_thread(team.messages)}
+        assert [states[m] for m in sent] == ["delivered"] * 3
     finally:
-        server.stop()
+        await session.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

@@ -1,14 +1,12 @@
-"""AgentSession calls the Team tools over its own websocket, against a real daphne
-process: no ``POST /api/v1/tools/`` while it is connected (daphne's access log
-prints every request), an answer lost with the socket is repeated over REST
+"""AgentSession calls the Team tools over its own websocket, against the application
+served in-process: no ``POST /api/v1/tools/`` while it is connected (the server
+records every request it answers), an answer lost with the socket is repeated over REST
 without doing anything twice, and a server that does not know tool frames gets
 every call over REST."""
 import asyncio
 import contextlib
-import itertools
 import json
 
-import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import serve
@@ -17,7 +15,7 @@ from steerboard_agents import AgentSession, ModelReply, ServerClient, StepContex
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Script:
@@ -43,21 +41,8 @@ WORKER_SCRIPT = (
 
 
 def tool_posts(server, tool: str = "") -> int:
-    """Tool calls daphne answered over REST, by its access log."""
-    return server.log().count(f'"POST /api/v1/tools/{tool}')
-
-
-_markers = itertools.count(1)
-
-
-async def access_log_settled(server) -> None:
-    """Every request daphne has answered is in its access log. Daphne writes a request's
-    line as its response ends, on its one reactor thread; so once the line of a request
-    made now is there, the lines of all those answered before it are too."""
-    marker = f"/healthz?settled={next(_markers)}"
-    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
-        await http.get(marker)
-    await until(lambda: f'"GET {marker}"' in server.log(), "the access log's line for " + marker)
+    """Tool calls the server answered over REST (each recorded as its answer starts)."""
+    return sum(1 for method, path, _ in server.requests if method == "POST" and path.startswith(f"/api/v1/tools/{tool}"))
 
 
 def results(entries: list[dict]) -> dict[str, list[dict]]:
@@ -77,26 +62,24 @@ async def run_turn(team: Team, session: AgentSession, member: str) -> list[dict]
     return await asyncio.to_thread(team.history, member)
 
 
-async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "socket-tools")
+async def test_a_connected_sessions_tool_calls_go_over_its_websocket(inproc_env, served):
+    team = Team(inproc_env, served, "socket-tools")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
                            max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
-        await access_log_settled(daphne_server)
-        before = tool_posts(daphne_server)
-        assert before >= 1, "daphne's access log shows the REST spawn_teammate"
+        before = tool_posts(served)
+        assert before >= 1, "the server recorded the REST spawn_teammate"
 
         history = await run_turn(team, session, "worker")
         done = results(history)
         assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
         assert all("result" in r for rs in done.values() for r in rs), done
         assert done["send_message"][0]["result"]["idempotent_replay"] is False
-        await access_log_settled(daphne_server)
-        assert tool_posts(daphne_server) == before, "no tool call of the session went over REST"
+        assert tool_posts(served) == before, "no tool call of the session went over REST"
         assert session.client.transport is not None and session.client.transport.ready
 
         # A dropped socket: the next connection carries the calls again.
@@ -105,8 +88,7 @@ async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, d
         await until(lambda: session.stats["connects"] > connects, "the reconnect")
         history = await run_turn(team, session, "worker")
         assert [len(r) for r in results(history).values()] == [2, 2, 2, 2, 2]
-        await access_log_settled(daphne_server)
-        assert tool_posts(daphne_server) == before
+        assert tool_posts(served) == before
         messages = await asyncio.to_thread(team.messages)
         assert [m["content"] for m in messages] == ["hi", "hi"]  # one per turn, none twice
     finally:
@@ -114,15 +96,15 @@ async def test_a_connected_sessions_tool_calls_go_over_its_websocket(live_env, d
         await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphne_server):
+async def test_an_answer_lost_with_the_socket_is_repeated_safely(inproc_env, served):
     """The server did the call, its tool_result never reached the session (the socket dropped
     in between): the call is repeated over REST and answered from the state it left."""
-    team = Team(live_env, daphne_server, "lost-answers")
+    team = Team(inproc_env, served, "lost-answers")
     model = Script(
         [ToolCall("spawn_teammate", {"name": "worker", "description": "d", "prompt": ""})],
         [ToolCall("send_message", {"target": "worker", "message": "hello"})],
     )
-    session = AgentSession(daphne_server.url, team.lead_token, model, max_backoff=0.3)
+    session = AgentSession(served.url, team.lead_token, model, max_backoff=0.3)
     lost: list[str] = []
     on_frame = session._on_frame
 
@@ -137,8 +119,7 @@ async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphn
         await on_frame(frame)
 
     session._on_frame = losing
-    await access_log_settled(daphne_server)
-    before = {tool: tool_posts(daphne_server, tool) for tool in ("spawn_teammate", "send_message")}
+    before = {tool: tool_posts(served, tool) for tool in ("spawn_teammate", "send_message")}
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
@@ -154,10 +135,9 @@ async def test_an_answer_lost_with_the_socket_is_repeated_safely(live_env, daphn
         assert sorted(m["name"] for m in summary["members"]) == ["lead", "worker"]
         messages = await asyncio.to_thread(team.messages)
         assert [(m["sender"], m["target"], m["content"]) for m in messages] == [("lead", "worker", "hello")]
-        await access_log_settled(daphne_server)
         # Each first went out as a frame; only its repetition went over REST.
-        assert tool_posts(daphne_server, "spawn_teammate") == before["spawn_teammate"] + 1
-        assert tool_posts(daphne_server, "send_message") == before["send_message"] + 1
+        assert tool_posts(served, "spawn_teammate") == before["spawn_teammate"] + 1
+        assert tool_posts(served, "send_message") == before["send_message"] + 1
     finally:
         await session.stop()
         await asyncio.gather(running, return_exceptions=True)
@@ -202,26 +182,24 @@ async def server_without_tool_frames(upstream: str):
         yield f"http://127.0.0.1:{port}", refused
 
 
-async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "old-server")
+async def test_a_server_without_tool_frames_gets_the_calls_over_rest(inproc_env, served):
+    team = Team(inproc_env, served, "old-server")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     token = await asyncio.to_thread(team.token, "worker")
-    async with server_without_tool_frames(daphne_server.ws_url) as (relay_url, refused):
+    async with server_without_tool_frames(served.ws_url) as (relay_url, refused):
         session = AgentSession(relay_url, token, Script(*WORKER_SCRIPT), max_backoff=0.3)
         await session.client.aclose()
-        session.client = ServerClient(daphne_server.url, token, max_backoff=0.3)  # REST straight to daphne
+        session.client = ServerClient(served.url, token, max_backoff=0.3)  # REST straight to the server
         running = asyncio.create_task(session.run())
         try:
             await asyncio.wait_for(session.connected.wait(), 30)
-            await access_log_settled(daphne_server)
-            before = tool_posts(daphne_server)
+            before = tool_posts(served)
             history = await run_turn(team, session, "worker")
             done = results(history)
             assert sorted(done) == ["list_agents", "send_message", "team_task_create", "team_task_list", "wait_agent"]
             assert all("result" in r for rs in done.values() for r in rs), done
-            await access_log_settled(daphne_server)
-            assert tool_posts(daphne_server) == before + 5, "every call went over REST"
+            assert tool_posts(served) == before + 5, "every call went over REST"
             assert session.client.transport is None
             assert [f["id"].startswith("probe-") for f in refused] == [True] * session.stats["connects"]
         finally:
@@ -229,14 +207,14 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, d
             await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(live_env, daphne_server):
+async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(inproc_env, served):
     """The session sends a turn's entries back to back, without waiting for each ack (they share
     the server's commits), yet when a tool call leaves the session every entry before it is
     acknowledged, and the turn ends (status idle) only once its last entry is."""
-    team = Team(live_env, daphne_server, "settled-entries")
+    team = Team(inproc_env, served, "settled-entries")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
                            max_backoff=0.3)
     outbox = session._outbox
     unacked_at_call: list[int] = []

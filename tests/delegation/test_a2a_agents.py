@@ -1,5 +1,7 @@
 """Every member as an A2A agent, driven by the official a2a-sdk client against a real
-daphne and real agent sessions (a keyless host; an echo host for the turns that wait)."""
+daphne and real agent sessions (a keyless host; an echo host for the turns that wait); the
+callers' refusals and views need no session, and run against the application served
+in-process on a thread of its own (tests/support/inproc.py)."""
 
 import httpx
 import pytest
@@ -81,13 +83,14 @@ async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(
         team.stop_all()
 
 
-async def test_refused_callers_get_nothing(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "guarded")
-    other = live_env.team_create("other")
+@pytest.mark.django_db(transaction=True)
+async def test_refused_callers_get_nothing(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "guarded")
+    other = inproc_env.team_create("other")
     token = credential(team, "outsider")
-    viewer = live_env.operator_create("watcher", viewer=True)["token"]
-    elsewhere = live_env.manage_json("a2a_credential", "elsewhere", "--team", "other")["token"]
-    url = f"{daphne_server.url}/a2a/guarded/lead"
+    viewer = inproc_env.operator_create("watcher", viewer=True)["token"]
+    elsewhere = inproc_env.manage_json("a2a_credential", "elsewhere", "--team", "other")["token"]
+    url = f"{served_thread.url}/a2a/guarded/lead"
     async with http(token) as h:
         card, _ = await client_for(h, url)
 
@@ -104,7 +107,7 @@ async def test_refused_callers_get_nothing(live_env, daphne_server):
     await refused_by_the_sdk(team.lead_token, 403)  # a member token of this team: members use the tools
     await refused_by_the_sdk(viewer, 403)  # an operator who may only watch
     await refused_by_the_sdk(elsewhere, 403)  # a credential for another team
-    live_env.manage("a2a_credential", "outsider", "--revoke")
+    inproc_env.manage("a2a_credential", "outsider", "--revoke")
     await refused_by_the_sdk(token, 401)  # a revoked credential
 
     # The refusals carry the API's error body.
@@ -118,14 +121,15 @@ async def test_refused_callers_get_nothing(live_env, daphne_server):
         assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "FORBIDDEN"
         unknown = await post("nope")
         assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "UNAUTHENTICATED"
-        assert (await raw.get(f"{daphne_server.url}/a2a/guarded/nobody/.well-known/agent-card.json")).status_code == 404
+        assert (await raw.get(f"{served_thread.url}/a2a/guarded/nobody/.well-known/agent-card.json")).status_code == 404
     assert prompt_turns(team, "lead") == []
 
 
-async def test_a_caller_sees_only_its_own_tasks(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "private")
+@pytest.mark.django_db(transaction=True)
+async def test_a_caller_sees_only_its_own_tasks(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "private")
     mine, theirs = credential(team, "mine"), credential(team, "theirs")
-    url = f"{daphne_server.url}/a2a/private/lead"
+    url = f"{served_thread.url}/a2a/private/lead"
     async with http(mine) as h:
         _, client = await client_for(h, url, streaming=False, polling=True)
         task = task_of(await collect(client.send_message(message("a question for the lead"))))
@@ -201,7 +205,8 @@ class AskingModel:
         return ModelReply(text=f"decided: {answers[-1]['source']['decision']}")
 
 
-async def test_a_stream_follows_its_task_through_input_required_to_its_answer(live_env, daphne_server):
+@pytest.mark.django_db(transaction=True)
+async def test_a_stream_follows_its_task_through_input_required_to_its_answer(inproc_env, served):
     """SendStreamingMessage on a task whose member asks a person: the one stream shows WORKING,
     INPUT_REQUIRED with the question, WORKING again once the caller's message on the task
     answered it, then the answer's artifact and COMPLETED (issue 28 item 2, end to end)."""
@@ -209,17 +214,17 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(li
 
     from steerboard_agents import AgentSession
 
-    team = Team(live_env, daphne_server, "asking")
+    team = Team(inproc_env, served, "asking")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200, spawned.text
     model = AskingModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     token = await asyncio.to_thread(credential, team, "planner")
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
         async with http(token) as h:
-            _, client = await client_for(h, f"{daphne_server.url}/a2a/asking/worker")
+            _, client = await client_for(h, f"{served.url}/a2a/asking/worker")
             events: list = []
             asked = asyncio.Event()
 
@@ -234,7 +239,7 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(li
             waiting = next(e.status_update for e in reversed(events) if e.HasField("status_update"))
             assert waiting.status.message.parts[0].text == "Drop the old table too?"
 
-            _, answering = await client_for(h, f"{daphne_server.url}/a2a/asking/worker", streaming=False)
+            _, answering = await client_for(h, f"{served.url}/a2a/asking/worker", streaming=False)
             answer = message("yes")
             answer.message.task_id = task_of(events).id
             await collect(answering.send_message(answer))

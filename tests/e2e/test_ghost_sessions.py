@@ -76,7 +76,9 @@ async def test_sockets_closed_during_a_postgresql_outage_leave_no_ghost_session_
     await asyncio.to_thread(pg.stop, "fast")
     await session.close()
     await host.close()
-    await asyncio.sleep(1.0)  # their detaches meet the outage
+    # Their detaches meet the outage (each says so in the log) before PostgreSQL is back.
+    await wait_until(lambda: all(f"detaching {kind} failed" in server.log() for kind in ("AgentConsumer", "HostConsumer")),
+                     timeout=30, what="both detaches failing on the outage")
     await asyncio.to_thread(pg.start)
     back = time.monotonic()
 

@@ -1,4 +1,5 @@
-"""End to end against a real daphne process with the `websockets` client."""
+"""End to end with the `websockets` client, against the application served in-process
+(tests/support/inproc.py: a real socket, the test database and channel layer)."""
 import asyncio
 import json
 
@@ -8,7 +9,7 @@ import websockets
 
 from tests.support.wire_agent import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def tool(server, token, tool_name, **arguments):
@@ -33,17 +34,18 @@ async def recv_type(ws, wanted, timeout=10):
         held.append(frame)
 
 
-async def test_idle_target_gets_steer_and_entry_marks_delivered(live_env, daphne_server):
-    team = live_env.team_create("e2e")
+async def test_idle_target_gets_steer_and_entry_marks_delivered(inproc_env, served):
+    team = inproc_env.team_create("e2e")
     lead = team["lead"]["token"]
-    assert tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "e2e", "implementer")["token"]
+    assert (await asyncio.to_thread(tool, served, lead, "spawn_teammate", name="implementer", description="d",
+                                    prompt="")).status_code == 200
+    impl = inproc_env.manage_json("member_token", "e2e", "implementer")["token"]
     async with websockets.connect(
-        daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
+        served.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
     ) as ws:
         await ws.send(json.dumps({"type": "hello", "status": "idle"}))
         await recv_type(ws, "welcome")
-        sent = await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="implementer", message="go")
+        sent = await asyncio.to_thread(tool, served, lead, "send_message", target="implementer", message="go")
         assert sent.json()["status"] == "accepted"
         steer = await recv_type(ws, "steer")
         assert steer["message"]["id"] == sent.json()["message_id"]
@@ -57,10 +59,10 @@ async def test_idle_target_gets_steer_and_entry_marks_delivered(live_env, daphne
         await ws.send(json.dumps({"type": "entry", "entry": entry}))
         ack = await recv_type(ws, "ack")
         assert ack == {"type": "ack", "entry_id": "e1", "folded": False}
-    op = live_env.operator_create("op")
-    listing = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/e2e/messages", headers={"Authorization": f"Token {op['token']}"}
-    ).json()
+    op = inproc_env.operator_create("op")
+    listing = (await asyncio.to_thread(
+        httpx.get, f"{served.url}/api/v1/teams/e2e/messages", headers={"Authorization": f"Token {op['token']}"}
+    )).json()
     assert [m["state"] for m in listing["messages"]] == ["delivered"]
 
 
@@ -79,50 +81,50 @@ async def integrate(ws, message, entry_id):
     return await recv_type(ws, "ack")
 
 
-async def test_without_a_host_a_send_is_queued_and_delivered_once_the_session_says_hello(live_env, daphne_server):
-    team = live_env.team_create("cold")
+async def test_without_a_host_a_send_is_queued_and_delivered_once_the_session_says_hello(inproc_env, served):
+    team = inproc_env.team_create("cold")
     lead = team["lead"]["token"]
-    tool(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
+    await asyncio.to_thread(tool, served, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     sent = [
-        (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="implementer", message=f"m{i}")).json()
+        (await asyncio.to_thread(tool, served, lead, "send_message", target="implementer", message=f"m{i}")).json()
         for i in range(3)
     ]
     assert [s["status"] for s in sent] == ["queued"] * 3
 
-    impl = live_env.manage_json("member_token", "cold", "implementer")["token"]
-    async with await connect(daphne_server, impl) as ws:
+    impl = inproc_env.manage_json("member_token", "cold", "implementer")["token"]
+    async with await connect(served, impl) as ws:
         await ws.send(json.dumps({"type": "hello", "status": "idle"}))
         assert (await recv_type(ws, "welcome"))["replay"] == 3
         got = [(await recv_type(ws, "steer"))["message"] for _ in range(3)]
         assert [m["id"] for m in got] == [s["message_id"] for s in sent]
         for i, message in enumerate(got):
             await integrate(ws, message, f"e{i}")
-    op = live_env.operator_create("op")
-    states = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/cold", headers={"Authorization": f"Token {op['token']}"}
-    ).json()["members"]
+    op = inproc_env.operator_create("op")
+    states = (await asyncio.to_thread(
+        httpx.get, f"{served.url}/api/v1/teams/cold", headers={"Authorization": f"Token {op['token']}"}
+    )).json()["members"]
     assert next(m for m in states if m["name"] == "implementer")[
         "delivered"
     ] == 3
 
 
-async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(live_env, daphne_server):
-    team = live_env.team_create("hosted")
+async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(inproc_env, served):
+    team = inproc_env.team_create("hosted")
     lead = team["lead"]["token"]
-    async with await connect(daphne_server, team["host_token"], "/ws/host/") as host:
-        tool(daphne_server, lead, "spawn_teammate", name="researcher", description="d", prompt="")
+    async with await connect(served, team["host_token"], "/ws/host/") as host:
+        await asyncio.to_thread(tool, served, lead, "spawn_teammate", name="researcher", description="d", prompt="")
         start = await recv_type(host, "start")
         assert (start["member"], start["reason"]) == ("researcher", "provision")
-        async with await connect(daphne_server, start["token"]) as ws:
+        async with await connect(served, start["token"]) as ws:
             await ws.send(json.dumps({"type": "hello", "status": "idle"}))
             await recv_type(ws, "welcome")
         await host.send(json.dumps({"type": "started", "member": "researcher"}))
         # Cold-resume needs the member inactive: wait until the server has processed the goodbye.
-        await wait_until(lambda: live_env.query(
+        await wait_until(lambda: inproc_env.query(
             "SELECT session_state FROM teams_member m JOIN teams_team t ON t.id = m.team_id"
             " WHERE t.name = 'hosted' AND m.name = 'researcher'") == [("inactive",)],
             timeout=30, what="researcher inactive after its session closed")
-        sent = (await asyncio.to_thread(tool, daphne_server, lead, "send_message", target="researcher", message="hi")).json()
+        sent = (await asyncio.to_thread(tool, served, lead, "send_message", target="researcher", message="hi")).json()
         assert sent["status"] == "accepted"
         # A provision start re-sent before the first session said hello (its start went stale, after
         # REDELIVER_AFTER, on a loaded machine) may still be in the host's socket: skip those.
@@ -130,31 +132,31 @@ async def test_the_host_is_asked_to_provision_and_resume_over_its_websocket(live
         while resume["reason"] == "provision":
             resume = await recv_type(host, "start")
         assert (resume["member"], resume["reason"]) == ("researcher", "resume")
-        async with await connect(daphne_server, resume["token"]) as ws:
+        async with await connect(served, resume["token"]) as ws:
             await ws.send(json.dumps({"type": "hello", "status": "idle"}))
             message = (await recv_type(ws, "steer"))["message"]
             assert message["id"] == sent["message_id"]
             assert (await integrate(ws, message, "r1"))["folded"] is False
 
 
-async def test_concurrent_senders_over_http_reach_one_target_in_order(live_env, daphne_server):
+async def test_concurrent_senders_over_http_reach_one_target_in_order(inproc_env, served):
     import concurrent.futures
 
-    team = live_env.team_create("order")
+    team = inproc_env.team_create("order")
     lead = team["lead"]["token"]
     names = ["implementer", "researcher", "reviewer"]
     for name in names:
-        tool(daphne_server, lead, "spawn_teammate", name=name, description="d", prompt="")
-    tokens = {"lead": lead} | {n: live_env.manage_json("member_token", "order", n)["token"] for n in names[1:]}
-    impl = live_env.manage_json("member_token", "order", "implementer")["token"]
+        await asyncio.to_thread(tool, served, lead, "spawn_teammate", name=name, description="d", prompt="")
+    tokens = {"lead": lead} | {n: inproc_env.manage_json("member_token", "order", n)["token"] for n in names[1:]}
+    impl = inproc_env.manage_json("member_token", "order", "implementer")["token"]
 
     def burst(name):
         return [
-            tool(daphne_server, tokens[name], "send_message", target="implementer", message=f"{name} {i}").json()
+            tool(served, tokens[name], "send_message", target="implementer", message=f"{name} {i}").json()
             for i in range(8)
         ]
 
-    async with await connect(daphne_server, impl) as ws:
+    async with await connect(served, impl) as ws:
         await ws.send(json.dumps({"type": "hello", "status": "running"}))
         await recv_type(ws, "welcome")
         with concurrent.futures.ThreadPoolExecutor(3) as pool:

@@ -1,5 +1,6 @@
-"""/mcp against a real daphne process, with the official `mcp` client: the ten Team tools, their
-schemas, results and error codes are REST's, and what is sent over MCP reaches a websocket session."""
+"""/mcp with the official `mcp` client, against the application served in-process on a thread of
+its own (tests/support/inproc.py): the ten Team tools, their schemas, results and error codes are
+REST's, and what is sent over MCP reaches a websocket session."""
 import ast
 import asyncio
 import json
@@ -14,7 +15,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from steerboard_protocol.tools import TEAM_TOOLS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+from tests.support.wire_agent import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
 
 TEN = list(TEAM_TOOLS)  # the wire contract's tools (pinned by tests/mailbox/test_tools_schema.py)
 
@@ -41,10 +44,10 @@ async def recv_type(ws, wanted, timeout=10):
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_an_mcp_client_lists_exactly_the_ten_tools_with_the_rest_schemas(live_env, daphne_server, mode):
-    team = live_env.team_create(f"mcp-tools-{mode}")
-    rest_tools = {t["name"]: t for t in httpx.get(daphne_server.url + "/api/v1/tools").json()}
-    async with mcp_client(daphne_server, team["lead"]["token"], mode) as client:
+async def test_an_mcp_client_lists_exactly_the_ten_tools_with_the_rest_schemas(inproc_env, served_thread, mode):
+    team = inproc_env.team_create(f"mcp-tools-{mode}")
+    rest_tools = {t["name"]: t for t in httpx.get(served_thread.url + "/api/v1/tools").json()}
+    async with mcp_client(served_thread, team["lead"]["token"], mode) as client:
         listed = await client.list_tools()
     assert [t.name for t in listed.tools] == TEN
     for tool in listed.tools:
@@ -53,18 +56,18 @@ async def test_an_mcp_client_lists_exactly_the_ten_tools_with_the_rest_schemas(l
         assert tool.output_schema == rest_tools[tool.name]["output_schema"]
 
 
-async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, daphne_server):
-    team = live_env.team_create("mcp-ws")
+async def test_a_message_sent_over_mcp_reaches_a_websocket_session(inproc_env, served_thread):
+    team = inproc_env.team_create("mcp-ws")
     lead = team["lead"]["token"]
-    async with mcp_client(daphne_server, lead) as client:
+    async with mcp_client(served_thread, lead) as client:
         spawned = await client.call_tool(
             "spawn_teammate", {"name": "implementer", "description": "writes code", "prompt": ""}
         )
         assert not spawned.is_error
         assert spawned.structured_content["member"]["name"] == "implementer"
-        impl = live_env.manage_json("member_token", "mcp-ws", "implementer")["token"]
+        impl = inproc_env.manage_json("member_token", "mcp-ws", "implementer")["token"]
         async with websockets.connect(
-            daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
+            served_thread.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
         ) as ws:
             await ws.send(json.dumps({"type": "hello", "status": "idle"}))
             await recv_type(ws, "welcome")
@@ -95,20 +98,20 @@ async def test_a_message_sent_over_mcp_reaches_a_websocket_session(live_env, dap
             )
             assert again.structured_content["idempotent_replay"] is True
             assert again.structured_content["message_id"] == result["message_id"]
-            assert await asyncio.to_thread(lambda: rest(daphne_server, lead, "list_agents").status_code) == 200
-    op = live_env.operator_create("op")
+            assert await asyncio.to_thread(lambda: rest(served_thread, lead, "list_agents").status_code) == 200
+    op = inproc_env.operator_create("op")
     listing = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/mcp-ws/messages", headers={"Authorization": f"Token {op['token']}"}
+        f"{served_thread.url}/api/v1/teams/mcp-ws/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert [(m["id"], m["state"]) for m in listing["messages"]] == [(result["message_id"], "delivered")]
 
 
-async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne_server):
-    team = live_env.team_create("mcp-codes")
+async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(inproc_env, served_thread):
+    team = inproc_env.team_create("mcp-codes")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp-codes", "implementer")["token"]
-    assert rest(daphne_server, lead, "send_message", target="implementer", message="a", idempotency_key="k").status_code == 200
+    assert rest(served_thread, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
+    impl = inproc_env.manage_json("member_token", "mcp-codes", "implementer")["token"]
+    assert rest(served_thread, lead, "send_message", target="implementer", message="a", idempotency_key="k").status_code == 200
     cases = [
         (lead, "send_message", {"target": "nobody", "message": "hi"}, "TEAM_UNKNOWN_TARGET"),
         (lead, "send_message", {"target": "lead", "message": "hi"}, "TEAM_SELF_MESSAGE"),
@@ -122,9 +125,9 @@ async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne
         (lead, "wait_agent", {"timeout_ms": 5}, "VALIDATION_ERROR"),
         (lead, "no_such_tool", {}, "NOT_FOUND"),
     ]
-    async with mcp_client(daphne_server, lead) as lead_client, mcp_client(daphne_server, impl) as impl_client:
+    async with mcp_client(served_thread, lead) as lead_client, mcp_client(served_thread, impl) as impl_client:
         for token, name, arguments, code in cases:
-            over_rest = await asyncio.to_thread(rest, daphne_server, token, name, **arguments)
+            over_rest = await asyncio.to_thread(rest, served_thread, token, name, **arguments)
             assert 400 <= over_rest.status_code < 500, (name, over_rest.text)
             assert over_rest.json()["error"]["code"] == code, (name, over_rest.text)
             client = lead_client if token == lead else impl_client
@@ -138,12 +141,12 @@ async def test_mcp_sees_the_same_error_codes_and_bodies_as_rest(live_env, daphne
             assert json.loads(over_mcp.content[1].text) == over_rest.json()
 
 
-async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_server):
-    live_env.team_create("mcp-unauth")
+async def test_without_a_member_token_mcp_is_unauthenticated(inproc_env, served_thread):
+    inproc_env.team_create("mcp-unauth")
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     for headers in [{}, {"Authorization": "Bearer sbm_not-a-token"}]:
         response = httpx.post(
-            daphne_server.url + "/mcp",
+            served_thread.url + "/mcp",
             json=initialize,
             headers={**headers, "Accept": "application/json, text/event-stream"},
         )
@@ -158,22 +161,22 @@ async def test_without_a_member_token_mcp_is_unauthenticated(live_env, daphne_se
     # Nor any OAuth metadata a client could discover instead (MCP authorization spec, RFC 9728, RFC 8414).
     for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",
                  "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"]:
-        assert httpx.get(daphne_server.url + path).status_code == 404, path
+        assert httpx.get(served_thread.url + path).status_code == 404, path
     # Django's routes are untouched by the mount.
-    assert httpx.get(daphne_server.url + "/mcpx").status_code == 404
-    assert httpx.get(daphne_server.url + "/api/v1/tools/policy").status_code == 200
+    assert httpx.get(served_thread.url + "/mcpx").status_code == 404
+    assert httpx.get(served_thread.url + "/api/v1/tools/policy").status_code == 200
 
 
-async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_delivered(live_env, daphne_server):
-    team = live_env.team_create("mcp-inbox")
+async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_delivered(inproc_env, served_thread):
+    team = inproc_env.team_create("mcp-inbox")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp-inbox", "implementer")["token"]
-    sent = [rest(daphne_server, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
+    assert rest(served_thread, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
+    impl = inproc_env.manage_json("member_token", "mcp-inbox", "implementer")["token"]
+    sent = [rest(served_thread, lead, "send_message", target="implementer", message=f"m{i}").json() for i in range(3)]
     assert all(s["status"] == "queued" for s in sent)  # nobody to admit them to: they wait
 
     got, answered, cursor = [], [], 0
-    async with mcp_client(daphne_server, impl) as client:
+    async with mcp_client(served_thread, impl) as client:
         templates = await client.list_resource_templates()
         assert [t.uri_template for t in templates.resource_templates] == ["steerboard://inbox{?after_seq,limit}"]
         while True:
@@ -189,9 +192,9 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
         policy = await client.read_resource("steerboard://policy")
         assert "never resend" in policy.contents[0].text
     assert got == [s["message_id"] for s in sent]
-    op = live_env.operator_create("op")
+    op = inproc_env.operator_create("op")
     listing = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/mcp-inbox/messages", headers={"Authorization": f"Token {op['token']}"}
+        f"{served_thread.url}/api/v1/teams/mcp-inbox/messages", headers={"Authorization": f"Token {op['token']}"}
     ).json()
     assert {m["state"] for m in listing["messages"]} == {"delivered"}
     # The inbox answers them as they are now, as REST does (issue 33 item 5): delivered, with
@@ -203,10 +206,10 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
         assert {k: message[k] for k in ("accepted_at", "delivered_at")} == {
             k: rows[message["id"]][k] for k in ("accepted_at", "delivered_at")}
         assert rows[message["id"]]["last_error"] == ""
-    polled = httpx.get(f"{daphne_server.url}/api/v1/inbox", headers={"Authorization": f"Bearer {impl}"}).json()
+    polled = httpx.get(f"{served_thread.url}/api/v1/inbox", headers={"Authorization": f"Bearer {impl}"}).json()
     assert [m["last_error"] for m in polled["messages"]] == ["", "", ""]
     trace = httpx.get(
-        f"{daphne_server.url}/api/v1/teams/mcp-inbox/messages/{sent[0]['message_id']}",
+        f"{served_thread.url}/api/v1/teams/mcp-inbox/messages/{sent[0]['message_id']}",
         headers={"Authorization": f"Token {op['token']}"},
     ).json()
     kinds = [e["kind"] for e in trace["events"]]
@@ -214,36 +217,44 @@ async def test_the_inbox_cursor_over_mcp_takes_each_message_once_and_marks_it_de
     assert kinds[-1] == "delivered" and trace["last_error"] == ""
 
 
-async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(live_env, daphne_server):
-    team = live_env.team_create("mcp-wait")
+async def test_wait_agent_over_mcp_returns_when_mail_reaches_the_caller(inproc_env, served_thread, settings,
+                                                                        monkeypatch):
+    from mailbox import selectors
+
+    settings.STEERBOARD = {**settings.STEERBOARD, "WAIT_RECHECK_INTERVAL": 0.2}
+    reads = []  # the wait's reads of what it compares with (it reads again at each recheck)
+    real = selectors.wait_snapshot
+    monkeypatch.setattr(selectors, "wait_snapshot", lambda member: reads.append(1) or real(member))
+    team = inproc_env.team_create("mcp-wait")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp-wait", "implementer")["token"]
+    assert rest(served_thread, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
+    impl = inproc_env.manage_json("member_token", "mcp-wait", "implementer")["token"]
     async with websockets.connect(
-        daphne_server.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
+        served_thread.ws_url + "/ws/agent/", additional_headers={"Authorization": f"Bearer {impl}"}
     ) as ws:
         await ws.send(json.dumps({"type": "hello", "status": "running"}))
         await recv_type(ws, "welcome")
-        async with mcp_client(daphne_server, lead) as client:
+        async with mcp_client(served_thread, lead) as client:
             waiting = asyncio.create_task(client.call_tool("wait_agent", {"timeout_ms": 60_000}))
-            await asyncio.sleep(1.0)
+            # Compared, then compared again at a recheck: it goes on waiting while nothing changes.
+            await wait_until(lambda: len(reads) >= 2 or waiting.done(), timeout=30, what="the wait's recheck")
             assert not waiting.done()
-            reply = await asyncio.to_thread(rest, daphne_server, impl, "send_message", target="lead", message="done")
+            reply = await asyncio.to_thread(rest, served_thread, impl, "send_message", target="lead", message="done")
             assert reply.status_code == 200
             woke = await asyncio.wait_for(waiting, 30)
     assert not woke.is_error
     assert woke.structured_content == {"timed_out": False, "no_progress": None}
 
 
-async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env, daphne_server):
-    team = live_env.team_create("mcp-bad")
+async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(inproc_env, served_thread, caplog):
+    team = inproc_env.team_create("mcp-bad")
     headers = {
         "Authorization": f"Bearer {team['lead']['token']}",
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
         "MCP-Protocol-Version": "2025-11-25",
     }
-    url = daphne_server.url + "/mcp"
+    url = served_thread.url + "/mcp"
     for method in ["GET", "DELETE", "PUT"]:
         response = httpx.request(method, url, headers=headers, timeout=10)
         assert response.status_code == 405
@@ -262,19 +273,20 @@ async def test_bad_input_over_mcp_is_a_4xx_or_an_mcp_error_never_a_5xx(live_env,
         response = httpx.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, **call}, timeout=10)
         assert response.status_code < 500, (call, response.text)
         assert '"error"' in response.text, (call, response.text)
-    assert "Traceback" not in daphne_server.log()
+    assert served_thread.server_errors() == []
+    assert not [r.getMessage() for r in caplog.records if r.exc_info], "no traceback logged"
 
 
-async def test_the_python_example_of_docs_mcp_md_runs_as_written(live_env, daphne_server, capsys):
-    team = live_env.team_create("mcp-docs")
+async def test_the_python_example_of_docs_mcp_md_runs_as_written(inproc_env, served_thread, capsys):
+    team = inproc_env.team_create("mcp-docs")
     lead = team["lead"]["token"]
-    assert rest(daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
-    impl = live_env.manage_json("member_token", "mcp-docs", "implementer")["token"]
+    assert rest(served_thread, lead, "spawn_teammate", name="implementer", description="d", prompt="").status_code == 200
+    impl = inproc_env.manage_json("member_token", "mcp-docs", "implementer")["token"]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
     example = docs.split("```python\n", 1)[1].split("```", 1)[0]
     namespace = {"__name__": "docs_mcp_example"}  # not __main__: the test calls main with its own server
     exec(compile(example, "docs/mcp.md", "exec"), namespace)
-    await namespace["main"](daphne_server.url + "/mcp", impl)
+    await namespace["main"](served_thread.url + "/mcp", impl)
     listed, sent, refused = capsys.readouterr().out.splitlines()
     assert ast.literal_eval(listed) == TEN
     sent = ast.literal_eval(sent)

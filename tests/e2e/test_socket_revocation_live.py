@@ -11,6 +11,7 @@ import pytest
 import websockets
 
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.wire_agent import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -36,10 +37,9 @@ async def _session(server, token: str, hello: bool = True):
     return ws
 
 
-async def _acting_until_closed(ws, target: str = "lead") -> tuple[int, float, list[dict]]:
+async def _acting_until_closed(ws, frames: list[dict], target: str = "lead") -> tuple[int, float, list[dict]]:
     """Send a message every 0.2 s until the server closes the socket: its close code,
-    when (monotonic), and the frames that came meanwhile."""
-    frames: list[dict] = []
+    when (monotonic), and the frames that came meanwhile (``frames``, filled as they come)."""
 
     async def read():
         async for text in ws:
@@ -62,14 +62,22 @@ async def _acting_until_closed(ws, target: str = "lead") -> tuple[int, float, li
     return ws.close_code, time.monotonic(), frames
 
 
+async def _acting(ws) -> asyncio.Future:
+    """``_acting_until_closed`` under way, once the server has answered two of its sends."""
+    frames: list[dict] = []
+    acting = asyncio.ensure_future(_acting_until_closed(ws, frames))
+    await wait_until(lambda: acting.done() or sum(f["type"] == "tool_result" for f in frames) >= 2,
+                     timeout=30, what="two sends answered")
+    return acting
+
+
 async def test_a_token_revoked_by_another_process_closes_its_open_socket_within_the_bound(live_env, daphne_server):
     team = live_env.team_create("rv")
     lead = team["lead"]["token"]
     _spawn(live_env, daphne_server, lead, "rv", "impl")
     token = live_env.manage_json("member_token", "rv", "impl")["token"]
     ws = await _session(daphne_server, token)
-    acting = asyncio.ensure_future(_acting_until_closed(ws))
-    await asyncio.sleep(0.5)
+    acting = await _acting(ws)
 
     revoked_at = time.monotonic()
     assert (await asyncio.to_thread(live_env.manage_json, "member_token", "rv", "impl", "--revoke"))["revoked"] == 1
@@ -94,8 +102,7 @@ async def test_retiring_by_command_closes_every_socket_of_the_member(live_env, d
     _spawn(live_env, daphne_server, lead, "rt", "impl")
     older = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
     current = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
-    acting = asyncio.ensure_future(_acting_until_closed(older))
-    await asyncio.sleep(0.3)
+    acting = await _acting(older)
 
     retired_at = time.monotonic()
     assert (await asyncio.to_thread(live_env.manage_json, "member_retire", "rt", "impl"))["revoked"] == 2
@@ -125,8 +132,7 @@ async def test_a_rest_revoke_on_one_process_closes_the_socket_held_by_another(tm
         _spawn(environment, b, lead, "mp", "impl")
         token = environment.manage_json("member_token", "mp", "impl")["token"]
         ws = await _session(a, token)
-        acting = asyncio.ensure_future(_acting_until_closed(ws))
-        await asyncio.sleep(0.5)
+        acting = await _acting(ws)
 
         revoked_at = time.monotonic()
         async with httpx.AsyncClient(timeout=30) as client:

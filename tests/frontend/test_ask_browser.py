@@ -14,16 +14,17 @@ from tests.frontend.conftest import login, open_lane, open_team, screenshot, too
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
-    live_env, daphne_server, page, agents, browser
+    inproc_env, served_thread, page, agents, browser
 ):
-    server = daphne_server
-    team = live_env.team_create("asking")
+    server = served_thread
+    team = inproc_env.team_create("asking")
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
-    coder_token = live_env.manage_json("member_token", "asking", "coder")["token"]
+    coder_token = inproc_env.manage_json("member_token", "asking", "coder")["token"]
     coder = agents(server, coder_token, "running")
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "asking")
     expect(page.locator('[data-attention-panel]')).to_be_visible()
@@ -47,7 +48,7 @@ def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
     screenshot(page, "ask-1-attention")
 
     # A viewer sees the ask, and nothing to answer it with.
-    live_env.operator_create("watcher", viewer=True)
+    inproc_env.operator_create("watcher", viewer=True)
     viewer_context = browser.new_context(viewport={"width": 1400, "height": 1000})
     viewer = viewer_context.new_page()
     login(viewer, server, "watcher", "pw-watcher")

@@ -9,15 +9,16 @@ from tests.frontend.conftest import login, open_lane, open_team, screenshot, too
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(live_env, daphne_server, page, agents):
-    server = daphne_server
-    team = live_env.team_create("undo")
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(inproc_env, served_thread, page, agents):
+    server = served_thread
+    team = inproc_env.team_create("undo")
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
     keep = tool(server, lead, "send_message", target="coder", message="Build the parser.")
     drop = tool(server, lead, "send_message", target="coder", message="Delete the repository.")
     assert keep["status"] == drop["status"] == "queued"  # nobody runs coder yet
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "undo")
 
@@ -32,7 +33,7 @@ def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(l
     screenshot(page, "cancel-1-lane")
 
     # coder's session connects: only the message that was not cancelled is replayed.
-    coder = agents(server, live_env.manage_json("member_token", "undo", "coder")["token"], "idle")
+    coder = agents(server, inproc_env.manage_json("member_token", "undo", "coder")["token"], "idle")
     assert coder.welcome["replay"] == 1
     assert coder.recv("steer")["message"]["id"] == keep["message_id"]
 

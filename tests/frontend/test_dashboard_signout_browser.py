@@ -11,10 +11,11 @@ from tests.frontend.conftest import login, open_team, screenshot
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-def test_signing_out_in_one_tab_sends_the_other_tabs_to_the_login_page(live_env, daphne_server, page, context):
-    server = daphne_server
-    live_env.team_create("signout")
-    live_env.operator_create("op")
+@pytest.mark.django_db(transaction=True)
+def test_signing_out_in_one_tab_sends_the_other_tabs_to_the_login_page(inproc_env, served_thread, page, context):
+    server = served_thread
+    inproc_env.team_create("signout")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "signout")
     team_list = context.new_page()
@@ -32,9 +33,10 @@ def test_signing_out_in_one_tab_sends_the_other_tabs_to_the_login_page(live_env,
     screenshot(page, "signed-out-redirect")
 
 
-def test_a_signed_out_socket_is_closed_with_4401(live_env, daphne_server, page):
-    server = daphne_server
-    live_env.team_create("anon")
+@pytest.mark.django_db(transaction=True)
+def test_a_signed_out_socket_is_closed_with_4401(inproc_env, served_thread, page):
+    server = served_thread
+    inproc_env.team_create("anon")
     page.goto(server.url + "/login/")
     code = page.evaluate(
         """() => new Promise((resolve) => {

@@ -24,12 +24,13 @@ Member.objects.filter(pk=impl.pk).update(next_seq=3001)
 """
 
 
-def test_three_thousand_messages_show_as_a_window_with_pages_behind_it(live_env, daphne_server, page):
-    server = daphne_server
-    team = live_env.team_create("big")
-    live_env.operator_create("op")
+@pytest.mark.django_db(transaction=True)
+def test_three_thousand_messages_show_as_a_window_with_pages_behind_it(inproc_env, served_thread, page):
+    server = served_thread
+    team = inproc_env.team_create("big")
+    inproc_env.operator_create("op")
     tool(server, team["lead"]["token"], "spawn_teammate", name="implementer", description="d", prompt="")
-    live_env.manage("shell", "-c", BULK)
+    inproc_env.manage("shell", "-c", BULK)
 
     login(page, server, "op", "pw-op")
     open_team(page, server, "big")

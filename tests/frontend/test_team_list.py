@@ -11,12 +11,13 @@ from tests.frontend.conftest import login, screenshot, tool
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
-def test_team_list_summaries_follow_statuses_and_messages_live(live_env, daphne_server, page, agents):
-    server = daphne_server
-    team = live_env.team_create("epsilon")
-    live_env.team_create("zeta")
+@pytest.mark.django_db(transaction=True)
+def test_team_list_summaries_follow_statuses_and_messages_live(inproc_env, served_thread, page, agents):
+    server = served_thread
+    team = inproc_env.team_create("epsilon")
+    inproc_env.team_create("zeta")
     lead = team["lead"]["token"]
-    live_env.operator_create("viewer", viewer=True)
+    inproc_env.operator_create("viewer", viewer=True)
     tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     login(page, server, "viewer", "pw-viewer")
     expect(page.locator("body")).to_have_attribute("data-connection", "live")

@@ -29,13 +29,14 @@ def session_of(agents, server, host, start):
             if time.monotonic() > deadline:
                 raise
 
+@pytest.mark.django_db(transaction=True)
 def test_message_moves_queued_accepted_delivered_and_statuses_change_without_reload(
-    live_env, daphne_server, page, agents
+    inproc_env, served_thread, page, agents
 ):
-    server = daphne_server
-    team = live_env.team_create("alpha")
+    server = served_thread
+    team = inproc_env.team_create("alpha")
     lead = team["lead"]["token"]
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
     tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST")
     tool(server, lead, "team_task_create", subject="Review the parser", description="Read it through.", blocked_by=["task-1"])

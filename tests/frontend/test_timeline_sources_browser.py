@@ -9,14 +9,15 @@ from tests.frontend.conftest import login, open_team, screenshot, tool
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_timeline_shows_the_servers_sender_and_author_whatever_the_session_claims(
-    live_env, daphne_server, page, agents
+    inproc_env, served_thread, page, agents
 ):
-    server = daphne_server
-    lead = live_env.team_create("delta")["lead"]["token"]
-    live_env.operator_create("op")
+    server = served_thread
+    lead = inproc_env.team_create("delta")["lead"]["token"]
+    inproc_env.operator_create("op")
     tool(server, lead, "spawn_teammate", name="coder", description="writes code", prompt="Write the parser.")
-    token = live_env.manage_json("member_token", "delta", "coder")["token"]
+    token = inproc_env.manage_json("member_token", "delta", "coder")["token"]
     session = agents(server, token, "idle")
     spawn = session.recv("steer")["message"]
     assert spawn["sender"] == "lead"

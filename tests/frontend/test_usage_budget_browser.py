@@ -1,7 +1,7 @@
 """The team page shows what each member's model used and cost, the team's total and its
 token budget; a used-up budget heads Needs attention, and an operator raising it on the
 page gets the waiting message delivered (issue 27, items 3 and 4), in real Chromium
-against a real daphne."""
+against the application served in-process (tests/support/inproc.py)."""
 import json
 
 import pytest
@@ -15,21 +15,23 @@ PRICES = json.dumps({"gpt-test": {"input": 2, "output": 8, "cached": 0.5}})
 
 
 @pytest.fixture
-def priced_server(live_env):
-    from tests.support.live import DaphneProcess
+def priced_server(settings, monkeypatch, served_thread):
+    """The server with STEERBOARD_MODEL_PRICES=PRICES, read as config/settings.py reads it."""
+    from config.settings import _env_model_prices
 
-    server = DaphneProcess(live_env, STEERBOARD_MODEL_PRICES=PRICES).start()
-    yield server
-    server.stop()
+    monkeypatch.setenv("STEERBOARD_MODEL_PRICES", PRICES)
+    settings.STEERBOARD = {**settings.STEERBOARD, "MODEL_PRICES": _env_model_prices("STEERBOARD_MODEL_PRICES")}
+    return served_thread
 
 
-def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(live_env, priced_server, page, agents):
+@pytest.mark.django_db(transaction=True)
+def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(inproc_env, priced_server, page, agents):
     server = priced_server
-    team = live_env.team_create("spend")
+    team = inproc_env.team_create("spend")
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
-    coder = agents(server, live_env.manage_json("member_token", "spend", "coder")["token"], "running")
-    live_env.operator_create("op")
+    coder = agents(server, inproc_env.manage_json("member_token", "spend", "coder")["token"], "running")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "spend")
 

@@ -1,6 +1,7 @@
 """Every member's activity (issue 28 item 3: mailbox/activity.py), derived from real sessions over
-the real websocket against a real daphne: each state as list_agents, the operator REST roster
-and the dashboard's snapshot all show it, the same in all three."""
+a real websocket against the application served in-process on a thread of its own
+(tests/support/inproc.py): each state as list_agents, the operator REST roster and the
+dashboard's snapshot all show it, the same in all three."""
 import asyncio
 import json
 import time
@@ -13,9 +14,8 @@ from steerboard_agents import AgentSession, ModelError, ModelReply, StepContext,
 from tests.agents.support import Team
 from tests.frontend.conftest import AgentSession as WireSession
 from tests.frontend.conftest import ws_open
-from tests.support.live import DaphneProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def snapshot(team: Team, server=None) -> dict:
@@ -41,9 +41,13 @@ def activities(team: Team) -> dict[str, dict]:
 
 
 def activity_is(team: Team, member: str, state: str, detail=None) -> dict:
-    """Wait (a frame is handled asynchronously) until the member shows this state (and detail)."""
+    """Wait (a frame is handled asynchronously) until the member shows this state (and detail),
+    the same in all three views. Views read while the state moves on may differ: read again."""
     def check():
-        found = activities(team)[member]
+        try:
+            found = activities(team)[member]
+        except AssertionError:
+            return None
         if found["state"] == state and (detail is None or found["detail"] == detail):
             return found
         return None
@@ -55,15 +59,15 @@ def at(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_each_state_a_session_reports_is_its_activity_with_its_reason_and_since(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "activity-wire")
+def test_each_state_a_session_reports_is_its_activity_with_its_reason_and_since(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "activity-wire")
     assert team.tool("lead", "spawn_teammate", name="worker", description="d", prompt="").status_code == 200
     # Spawned, no host: nobody runs it yet.
     found = activity_is(team, "worker", "inactive")
     assert found["detail"] == "provisioning: waiting for its host to start it"
     assert activities(team)["lead"]["state"] == "inactive"
 
-    worker = WireSession(daphne_server, team.token("worker"), "idle")
+    worker = WireSession(served_thread, team.token("worker"), "idle")
     try:
         idle = activity_is(team, "worker", "idle")
         assert idle["detail"] is None
@@ -119,10 +123,10 @@ def test_each_state_a_session_reports_is_its_activity_with_its_reason_and_since(
     activity_is(team, "worker", "retired")
 
 
-def test_a_pending_ask_human_is_waiting_human_with_its_question_until_an_operator_answers(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "activity-ask")
+def test_a_pending_ask_human_is_waiting_human_with_its_question_until_an_operator_answers(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "activity-ask")
     assert team.tool("lead", "spawn_teammate", name="worker", description="d", prompt="").status_code == 200
-    worker = WireSession(daphne_server, team.token("worker"), "idle")
+    worker = WireSession(served_thread, team.token("worker"), "idle")
     try:
         worker.status("running")
         worker.entry("turn_start", turn_id="t1", step=0, cause="steer")
@@ -142,9 +146,9 @@ def test_a_pending_ask_human_is_waiting_human_with_its_question_until_an_operato
         worker.close()
 
 
-def test_a_start_the_host_reports_failed_is_the_members_failed_activity_with_the_hosts_error(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "activity-host")
-    host = ws_open(daphne_server.ws_url + "/ws/host/", team.host_token)
+def test_a_start_the_host_reports_failed_is_the_members_failed_activity_with_the_hosts_error(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "activity-host")
+    host = ws_open(served_thread.ws_url + "/ws/host/", team.host_token)
     try:
         assert team.tool("lead", "spawn_teammate", name="worker", description="d", prompt="go").status_code == 200
         deadline = time.monotonic() + 20
@@ -174,12 +178,12 @@ class ScriptedModel:
         raise ModelError("anthropic: OverloadedError: 529 overloaded")
 
 
-async def test_the_sdks_entries_read_as_thinking_waiting_for_the_lead_then_failed(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "activity-sdk")
+async def test_the_sdks_entries_read_as_thinking_waiting_for_the_lead_then_failed(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "activity-sdk")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     model = ScriptedModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    session = AgentSession(served_thread.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
@@ -196,52 +200,53 @@ async def test_the_sdks_entries_read_as_thinking_waiting_for_the_lead_then_faile
         await asyncio.gather(running, return_exceptions=True)
 
 
-def test_a_turn_open_with_nothing_recorded_for_stall_after_is_stalled_and_needs_attention(live_env, daphne_server):
-    # Its own daphne on the module's database, with a stall threshold of a second and a half.
-    server = DaphneProcess(live_env, STEERBOARD_STALL_AFTER="1.5").start()
+def test_a_turn_open_with_nothing_recorded_for_stall_after_is_stalled_and_needs_attention(
+    inproc_env, served_thread, settings, clock
+):
+    # A stall threshold of a second and a half, passed on the test's clock (not slept through).
+    settings.STEERBOARD = {**settings.STEERBOARD, "STALL_AFTER": 1.5}
+    server = served_thread
+    team = Team(inproc_env, server, "activity-stall")
+    assert team.tool("lead", "spawn_teammate", name="worker", description="d", prompt="").status_code == 200
+    assert team.tool("lead", "spawn_teammate", name="waiter", description="d", prompt="").status_code == 200
+    worker = WireSession(server, team.token("worker"), "running")
+    waiter = WireSession(server, team.token("waiter"), "running")
     try:
-        team = Team(live_env, server, "activity-stall")
-        assert team.tool("lead", "spawn_teammate", name="worker", description="d", prompt="").status_code == 200
-        assert team.tool("lead", "spawn_teammate", name="waiter", description="d", prompt="").status_code == 200
-        worker = WireSession(server, team.token("worker"), "running")
-        waiter = WireSession(server, team.token("waiter"), "running")
-        try:
-            worker.entry("turn_start", turn_id="t1", step=0, cause="steer")
-            worker.entry("tool_call", turn_id="t1", step=0, call_id="c1", tool="send_message",
-                          arguments={"target": "lead", "message": "hi"})
-            waiter.entry("turn_start", turn_id="w1", step=0, cause="steer")
-            waiter.entry("tool_call", turn_id="w1", step=0, call_id="w1", tool="await_message", arguments={}, local=True)
-            called = time.monotonic()
+        worker.entry("turn_start", turn_id="t1", step=0, cause="steer")
+        worker.entry("tool_call", turn_id="t1", step=0, call_id="c1", tool="send_message",
+                      arguments={"target": "lead", "message": "hi"})
+        waiter.entry("turn_start", turn_id="w1", step=0, cause="steer")
+        waiter.entry("tool_call", turn_id="w1", step=0, call_id="w1", tool="await_message", arguments={}, local=True)
 
-            def stalled():
-                doing = {m["name"]: m["activity"] for m in snapshot(team, server)["members"]}
-                return doing if doing["worker"]["state"] == "stalled" else None
+        def stalled():
+            doing = {m["name"]: m["activity"] for m in snapshot(team, server)["members"]}
+            return doing if doing["worker"]["state"] == "stalled" else None
 
-            doing = team.wait_for(stalled, "worker stalled", timeout=20)
-            assert time.monotonic() - called >= 1.5
-            assert doing["worker"]["detail"].startswith("last entry tool_call send_message, ")
-            assert doing["worker"]["detail"].endswith(" s ago")
-            # Waiting for a peer as long is not a stall: whom it waits for is the reason.
-            assert doing["waiter"] == {**doing["waiter"], "state": "waiting_peer",
-                                       "detail": "await_message from any member"}
+        clock.shift(1.4)
+        assert stalled() is None, "not before STALL_AFTER"
+        clock.shift(0.2)
+        doing = team.wait_for(stalled, "worker stalled", timeout=20)
+        assert doing["worker"]["detail"].startswith("last entry tool_call send_message, ")
+        assert doing["worker"]["detail"].endswith(" s ago")
+        # Waiting for a peer as long is not a stall: whom it waits for is the reason.
+        assert doing["waiter"] == {**doing["waiter"], "state": "waiting_peer",
+                                   "detail": "await_message from any member"}
 
-            listed = {a["name"]: a["activity"]["state"] for a in team.tool("lead", "list_agents").json()["agents"]}
-            assert listed["worker"] == "stalled"
-            items = snapshot(team, server)["attention"]["items"]
-            stalled_items = [i for i in items if i["kind"] == "stalled"]
-            assert [i["member"] for i in stalled_items] == ["worker"]
-            assert stalled_items[0]["error"].startswith("last entry tool_call send_message")
-            assert stalled_items[0]["seconds"] >= 1.5
+        listed = {a["name"]: a["activity"]["state"] for a in team.tool("lead", "list_agents").json()["agents"]}
+        assert listed["worker"] == "stalled"
+        items = snapshot(team, server)["attention"]["items"]
+        stalled_items = [i for i in items if i["kind"] == "stalled"]
+        assert [i["member"] for i in stalled_items] == ["worker"]
+        assert stalled_items[0]["error"].startswith("last entry tool_call send_message")
+        assert stalled_items[0]["seconds"] >= 1.5
 
-            # An entry is a sign of life: working again, out of Needs attention.
-            worker.entry("tool_result", turn_id="t1", step=0, call_id="c1", tool="send_message", result={})
-            after = snapshot(team, server)
-            assert next(m for m in after["members"] if m["name"] == "worker")["activity"]["state"] == "working"
-            assert not [i for i in after["attention"]["items"] if i["kind"] == "stalled"]
-            # The page is told when to read again: when the worker would stall next.
-            assert after["attention"]["due_at"] is not None
-        finally:
-            worker.close()
-            waiter.close()
+        # An entry is a sign of life: working again, out of Needs attention.
+        worker.entry("tool_result", turn_id="t1", step=0, call_id="c1", tool="send_message", result={})
+        after = snapshot(team, server)
+        assert next(m for m in after["members"] if m["name"] == "worker")["activity"]["state"] == "working"
+        assert not [i for i in after["attention"]["items"] if i["kind"] == "stalled"]
+        # The page is told when to read again: when the worker would stall next.
+        assert after["attention"]["due_at"] is not None
     finally:
-        server.stop()
+        worker.close()
+        waiter.close()

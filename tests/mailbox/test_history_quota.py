@@ -75,7 +75,7 @@ async def test_rest_more_entries_than_the_limit_in_one_request_is_413_and_nothin
     assert await history_ids("implementer") == []
 
 
-async def test_rest_bytes_per_minute_refuses_with_429_retry_after_per_member(api, settings):
+async def test_rest_bytes_per_minute_refuses_with_429_retry_after_per_member(api, settings, clock):
     settings.STEERBOARD = {**settings.STEERBOARD, "HISTORY_BYTES_PER_MINUTE": 2000}
     team, impl = await _member(api)
     response = await api.http.post(
@@ -95,8 +95,13 @@ async def test_rest_bytes_per_minute_refuses_with_429_retry_after_per_member(api
     # The quota is the member's: another member of the team writes on.
     other = await api.http.post("/api/v1/session/entries", json={"entry": entry("l1", 500)}, headers=bearer(team["lead"]))
     assert other.status_code == 200, other.text
-    # And it refills: a sixtieth of it a second.
-    await asyncio.sleep(body["retry_after"] + 0.1)
+    # And it refills: a sixtieth of it a second, so not yet just before retry_after ...
+    clock.shift(body["retry_after"] - 0.1)
+    early = await api.http.post("/api/v1/session/entries", json={"entry": entry("e3", 500)}, headers=bearer(impl))
+    assert early.status_code == 429, early.text
+    assert early.json()["retry_after"] == pytest.approx(0.1, abs=0.01)
+    # ... and at it.
+    clock.shift(0.1)
     again = await api.http.post("/api/v1/session/entries", json={"entry": entry("e3", 500)}, headers=bearer(impl))
     assert again.status_code == 200, again.text
     assert await history_ids("implementer") == ["e0", "e1", "e2", "e3"]

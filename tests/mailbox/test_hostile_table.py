@@ -3,25 +3,50 @@ every field of every REST tool (the fields are read from ``GET /api/v1/tools``, 
 new field is covered without editing this file), the same calls as websocket ``tool``
 frames and over MCP, every field of the agent's and the host's websocket frames, and
 the polling-session and operator bodies, and every field of every A2A method over
-both of /a2a's bindings (JSON-RPC and HTTP+JSON), against a real daphne process.
+both of /a2a's bindings (JSON-RPC and HTTP+JSON), against the application served on a
+real socket in this process (tests/support/inproc.py ``Served``: real HTTP, websockets and
+server-sent events, the test database and channel layer).
 
 Asserted for every case: no 5xx, a 4xx is the JSON error shape with a code, no
 websocket closed with 1011 (each frame is followed by a probe that must be answered),
-no traceback in the server's log; and afterwards the roster and the host's presence
+no error logged with a traceback; and afterwards the roster and the host's presence
 are right. Nothing a case stores is checked here (test_hostile_input.py does that).
 """
 import asyncio
 import itertools
 import json
-import re
 from urllib.parse import quote
 
 import httpx
 import pytest
 import websockets
+from channels.db import database_sync_to_async
 from steerboard_protocol.tools import TEAM_TOOLS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+from mailbox.models import HostPresence
+from teams.models import Member
+from tests.support.inproc import Served, manage_json
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def _unlimited(settings):
+    settings.STEERBOARD = {**settings.STEERBOARD, "RATE_LIMIT_PER_SECOND": 1_000_000, "RATE_LIMIT_BURST": 1_000_000,
+                           "MAX_QUEUED_PROMPTS_PER_MEMBER": 1_000_000}
+
+
+@pytest.fixture
+def tracebacks(caplog):
+    """What the server logged with a traceback (what daphne's log would have shown as one)."""
+    caplog.set_level("WARNING")
+    return lambda: [r for r in caplog.records if r.exc_info or r.stack_info]
+
+
+def assert_served_cleanly(server: Served, tracebacks) -> None:
+    logged = tracebacks()
+    assert not logged, "\n".join(f"{r.name}: {r.getMessage()}" for r in logged[:5])
+    assert server.server_errors() == [], server.server_errors()[:20]
 
 
 def hostile_values() -> list[tuple[str, str]]:
@@ -152,16 +177,32 @@ async def mcp_call(http: httpx.AsyncClient, url: str, token: str, body: str) -> 
     return await http.post(url, content=body.encode(), headers=headers)
 
 
-async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_table(live_env, daphne_server):
-    team = live_env.team_create("fuzz")
+async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_table(tracebacks):
+    async with Served() as server:
+        await _tool_frames_and_bodies(server, tracebacks)
+
+
+async def _tool_frames_and_bodies(server: Served, tracebacks) -> None:
+    team = await manage_json("team_create", "fuzz")
     lead = team["lead"]["token"]
-    url = daphne_server.url
+    url = server.url
     counts = {}
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         spawned = await http.post("/api/v1/tools/spawn_teammate", json={"name": "impl", "description": "d",
                                   "prompt": "p"}, headers={"Authorization": f"Bearer {lead}"})
         assert spawned.status_code == 200, spawned.text
-        impl = live_env.manage_json("member_token", "fuzz", "impl")["token"]
+        impl = (await manage_json("member_token", "fuzz", "impl"))["token"]
+        # impl says hello once and leaves: no longer provisioning, nobody is active, and a valid
+        # wait_agent of the table answers at once ("no-active-peer") instead of waiting out its
+        # timeout (30 s for `arguments: null`).
+        async with websockets.connect(f"{server.ws_url}/ws/agent/",
+                                      additional_headers={"Authorization": f"Bearer {impl}"}) as ws:
+            await ws.send('{"type": "hello", "status": "idle"}')
+            while json.loads(await ws.recv())["type"] != "welcome":
+                pass
+        async with asyncio.timeout(10):
+            while (await database_sync_to_async(lambda: Member.objects.get(name="impl").session_channel)()):
+                await asyncio.sleep(0.05)
         tools = (await http.get("/api/v1/tools")).json()
         assert sorted(t["name"] for t in tools) == sorted(TEAM_TOOLS)
         cases = rest_cases(tools)
@@ -203,7 +244,7 @@ async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_tab
                                        headers={"Authorization": f"Bearer {impl}"})
             ok_4xx(response, ("entries", field, label))
             polled += 1
-        op = live_env.operator_create("fuzzer")
+        op = await manage_json("operator_create", "fuzzer", "--password", "pw-fuzzer", "--skip-password-validation")
         for field, (label, raw) in itertools.product(["target", "content"], VALUES):
             body = body_with({"target": "impl", "content": "c"}, field, raw)
             response = await http.post("/api/v1/teams/fuzz/prompts", content=body.encode(), headers={
@@ -212,7 +253,7 @@ async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_tab
             polled += 1
         counts["entries and prompts"] = polled
 
-    ws_url = daphne_server.ws_url
+    ws_url = server.ws_url
     probe = '{"type": "tool", "id": "PROBE", "name": "list_agents", "arguments": {}}'
     frames = 0
     # The agent's websocket: every field of every frame, and every tool call as a frame.
@@ -270,19 +311,18 @@ async def test_every_field_of_every_tool_frame_and_body_survives_the_hostile_tab
 
     # Afterwards: the sockets are gone and so are the session and the host.
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
-        for _ in range(100):
+        async def impl_status() -> str:
             roster = (await http.post("/api/v1/tools/list_agents", json={},
                                       headers={"Authorization": f"Bearer {lead}"})).json()
-            statuses = {a["name"]: a["status"] for a in roster["agents"]}
-            if statuses["impl"] not in ("idle", "running"):
-                break
-            await asyncio.sleep(0.1)
-        assert statuses["impl"] not in ("idle", "running"), statuses
-        assert live_env.query("SELECT count(*) FROM mailbox_hostpresence") == [(0,)]
+            return {a["name"]: a["status"] for a in roster["agents"]}["impl"]
 
-    log = daphne_server.log()
-    assert "Traceback" not in log, log[log.find("Traceback") - 500:][:4000]
-    assert not re.findall(r'" 5\d\d ', log), log[-3000:]
+        async with asyncio.timeout(10):
+            while (status := await impl_status()) in ("idle", "running"):
+                await asyncio.sleep(0.05)
+        assert status not in ("idle", "running"), status
+        assert await database_sync_to_async(HostPresence.objects.count)() == 0
+
+    assert_served_cleanly(server, tracebacks)
     total = sum(counts.values())
     print(f"hostile table: {total} cases ({counts}), {len(VALUES)} hostile values")
     assert total > 5000
@@ -404,15 +444,19 @@ async def a2a_answer_ok(http: httpx.AsyncClient, url: str, body: str, headers: d
         assert "result" in answer or answer["error"]["code"] != -32603, (what, answer)
 
 
-async def test_every_field_of_every_a2a_method_and_binding_survives_the_hostile_table(live_env):
-    """The table measures the parser, not the limits (tests/delegation/test_a2a_gate.py has those)."""
-    from tests.support.live import DaphneProcess
+async def test_every_field_of_every_a2a_method_and_binding_survives_the_hostile_table(_unlimited, tracebacks,
+                                                                                     monkeypatch):
+    """The table measures the parser, not the limits (tests/delegation/test_a2a_gate.py has those).
+    A hostile configuration can make a valid SendMessage one that blocks: it waits for a turn
+    that never comes here, a twentieth of a second rather than the minute a caller is given
+    (the wait's own end is tests/delegation's)."""
+    from delegation import handler
 
-    server = DaphneProcess(live_env, STEERBOARD_RATE_LIMIT_PER_SECOND="1000000", STEERBOARD_RATE_LIMIT_BURST="1000000",
-                           STEERBOARD_MAX_QUEUED_PROMPTS_PER_MEMBER="1000000").start()
+    monkeypatch.setattr(handler, "SEND_WAIT_SECONDS", 0.05)
+    server = await Served().start()
     try:
-        team = live_env.team_create("fuzz")
-        token = live_env.manage_json("a2a_credential", "fuzzer", "--team", "fuzz")["token"]
+        team = await manage_json("team_create", "fuzz")
+        token = (await manage_json("a2a_credential", "fuzzer", "--team", "fuzz"))["token"]
         url = f"{server.url}/a2a/fuzz/lead/"
         headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0", "Content-Type": "application/json"}
         counts = {}
@@ -457,11 +501,9 @@ async def test_every_field_of_every_a2a_method_and_binding_survives_the_hostile_
             roster = (await http.post(f"{server.url}/api/v1/tools/list_agents", json={},
                                       headers={"Authorization": f"Bearer {team['lead']['token']}"})).json()
             assert [a["name"] for a in roster["agents"]] == ["lead"]
-        log = server.log()
-        assert "Traceback" not in log, log[log.find("Traceback") - 500:][:4000]
-        assert not re.findall(r'" 5\d\d ', log), log[-3000:]
+        assert_served_cleanly(server, tracebacks)
         total = sum(counts.values())
         print(f"hostile table on /a2a: {total} cases ({counts}), {len(VALUES)} hostile values")
         assert total > 1500
     finally:
-        server.stop()
+        await server.stop()

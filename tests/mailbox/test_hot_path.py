@@ -373,7 +373,7 @@ async def test_tool_frames_on_the_session_websocket(api):
     await target.close()
 
 
-async def test_a_waiting_tool_call_does_not_hold_up_the_socket(api):
+async def test_a_waiting_tool_call_does_not_hold_up_the_socket(api, wait_reads):
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "implementer")
     worker = Agent(impl)
@@ -381,7 +381,7 @@ async def test_a_waiting_tool_call_does_not_hold_up_the_socket(api):
     lead = Agent(team["lead"])
     await lead.connect("idle")
     await lead.send({"type": "tool", "id": "w", "name": "wait_agent", "arguments": {"timeout_ms": 10_000}})
-    await asyncio.sleep(0.1)
+    await wait_reads.reached(1)  # the wait has read what it compares with: it is waiting
     # While wait_agent waits, the same socket still sends, and the wait ends on the status change.
     await lead.send({"type": "tool", "id": "s", "name": "send_message",
                      "arguments": {"target": "implementer", "message": "hi"}})

@@ -4,6 +4,7 @@ database and the configured channel layer."""
 import asyncio
 import itertools
 import json
+import threading
 
 import httpx
 from channels.db import database_sync_to_async
@@ -115,5 +116,212 @@ async def spawn(api: Api, lead_token: str, team: str, name: str, prompt: str = "
     return await token_for(team, name)
 
 
+async def manage_json(*args: str) -> dict:
+    """``manage.py ARGS --json`` run in this process on the test database (a database
+    thread, as the in-process clients' calls are): what it printed, read as JSON."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    await database_sync_to_async(call_command)(*args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
 def frames_json(frames) -> str:
     return json.dumps(frames, sort_keys=True)
+
+
+class Served:
+    """config.asgi's application served on a real socket by this test's own event loop
+    (uvicorn as the ASGI server), for clients that need a URL: the SDK's sessions and
+    host, MCP and A2A clients, streams that httpx's in-process transport cannot read as
+    they come. The application is the one daphne runs, on the test database and the
+    run's channel layer; no process is started, and the socket is bound here, on a port
+    the kernel picks, before anything connects (nothing can take it meanwhile).
+
+    ``requests`` holds every HTTP answer's (method, path, status) and ``closes`` every
+    websocket close code the application sent (what daphne's access log told the live
+    tests), each as the answer starts: before its client can read it."""
+
+    def __init__(self, app=None):
+        self.app = app or application
+        self.requests: list[tuple[str, str, int]] = []
+        self.closes: list[int] = []
+        self._server = None
+        self._task: asyncio.Task | None = None
+
+    async def _app(self, scope, receive, send):
+        async def recorded(message):
+            if message["type"] == "http.response.start":
+                self.requests.append((scope["method"], scope["path"], message["status"]))
+            elif message["type"] == "websocket.close":
+                self.closes.append(message.get("code", 1000))
+            await send(message)
+
+        await self.app(scope, receive, recorded)
+
+    async def start(self) -> "Served":
+        import socket
+
+        import uvicorn
+
+        # IPPROTO_TCP named, not the default 0: asyncio sets TCP_NODELAY only on sockets that
+        # say they are TCP, and without it every answer waited 40 ms for a delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        # An idle keep-alive connection is kept (uvicorn closes one after 5 s by default, and a
+        # client that reuses it just then reads nothing; daphne keeps them for hours).
+        config = uvicorn.Config(self._app, interface="asgi3", lifespan="off", log_config=None, access_log=False,
+                                proxy_headers=False, ws_ping_interval=None, timeout_graceful_shutdown=1,
+                                timeout_keep_alive=3600)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        async with asyncio.timeout(10):
+            while not self._server.started:
+                if self._task.done():
+                    self._task.result()
+                await asyncio.sleep(0.01)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+    def server_errors(self) -> list[int]:
+        """The 5xx answers and the websockets closed with 1011 (an internal error)."""
+        return [status for _, _, status in self.requests if status >= 500] + [code for code in self.closes if code == 1011]
+
+    async def stop(self) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def __aenter__(self) -> "Served":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.stop()
+
+
+class ServedThread:
+    """``Served`` on an event loop of its own, in a thread of this process: for tests that
+    call the server synchronously (httpx, a websocket client of their own) from a test
+    function or from their own event loop, as they would call a daphne process."""
+
+    def __init__(self, app=None):
+        self.served = Served(app)
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        async def main():
+            self._loop = asyncio.get_running_loop()
+            self._stopping = asyncio.Event()
+            try:
+                await self.served.start()
+            except BaseException as exc:
+                self._error = exc
+                self._ready.set()
+                raise
+            self._ready.set()
+            await self._stopping.wait()
+            await self.served.stop()
+            await sweeper_stop()
+
+        asyncio.run(main())
+
+    def start(self) -> "ServedThread":
+        self._thread = threading.Thread(target=self._run, name="served", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30) or self._error is not None:
+            raise RuntimeError(f"the in-process server did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(30)
+
+    def __getattr__(self, name):  # url, ws_url, requests, closes, server_errors()
+        return getattr(self.served, name)
+
+
+# The timings the live environments' daphne processes run with (tests/support/live.py), for
+# the application served in-process: recovery sweeps every half second, redelivers after 2 s.
+LIVE_TIMINGS = {"SWEEP_INTERVAL": 0.5, "REDELIVER_AFTER": 2.0, "HEARTBEAT_INTERVAL": 0.5, "PROCESS_TIMEOUT": 5.0}
+
+
+async def sweeper_stop() -> None:
+    """End this process's background sweeper if it runs on this event loop (the application
+    starts it at its first websocket or tool call; the loop ends with the test)."""
+    from mailbox import sweeper
+
+    task = sweeper._task
+    if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class InProcessEnvironment:
+    """The test database asked what a live environment (tests/support/live.py) is asked:
+    ``manage.py`` commands and SQL, run in this process, for helpers written for both
+    (tests/agents/support.py ``Team``). Each call runs on a thread of its own and is waited
+    for, so code on the event loop may make it; its connection is closed after it."""
+
+    def __init__(self, tmp_path):
+        import os
+
+        self.tmp_path = tmp_path
+        self.env = dict(os.environ)
+
+    @staticmethod
+    def _on_thread(fn):
+        from concurrent.futures import ThreadPoolExecutor
+
+        from django.db import connections
+
+        def run():
+            try:
+                return fn()
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(run).result(timeout=120)
+
+    def manage(self, *args: str, check: bool = True) -> str:
+        import io
+
+        from django.core.management import call_command
+
+        out = io.StringIO()
+        self._on_thread(lambda: call_command(*args, stdout=out))
+        return out.getvalue()
+
+    def manage_json(self, *args: str) -> dict:
+        return json.loads(self.manage(*args, "--json"))
+
+    def team_create(self, name: str = "t") -> dict:
+        return self.manage_json("team_create", name)
+
+    def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
+        args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
+        return self.manage_json(*args, *(["--viewer"] if viewer else []))
+
+    def query(self, sql: str) -> list[tuple]:
+        from django.db import connection
+
+        def read():
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+                return list(cursor.fetchall())
+
+        return self._on_thread(read)

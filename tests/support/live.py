@@ -14,27 +14,25 @@ import json
 import os
 import secrets
 import select
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
-import httpx
 import pytest
 
+from frontend import daphne_process
+from frontend.daphne_process import port_claim
 from tests.support.services import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a server this test starts, that no other test process can be handed
+    meanwhile (frontend/daphne_process.py)."""
+    return port_claim()
 
 
 def _server(url: str) -> str:
@@ -292,58 +290,16 @@ class _ManageWorker:
                 stream.close()
 
 
-class DaphneProcess:
+class DaphneProcess(daphne_process.DaphneProcess):
+    """The project's daphne (frontend/daphne_process.py) on a live environment: its settings,
+    a claimed port, its log beside the environment's database."""
+
     def __init__(self, environment: LiveEnvironment, port: int | None = None, **extra_env: str):
         self.environment = environment
-        self.port = port or free_port()
         self.extra_env = extra_env
-        self.proc: subprocess.Popen | None = None
-        self.log_path = environment.tmp_path / f"daphne-{self.port}.log"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        port = port or free_port()
+        super().__init__(port=port, env={}, log_path=environment.tmp_path / f"daphne-{port}.log")
 
     def start(self, timeout: float = 30) -> "DaphneProcess":
-        env = {**self.environment.env, **self.extra_env}
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "config.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited early: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/api/v1/tools", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"daphne did not answer in {timeout}s: {self.log_path.read_text()[-3000:]}")
-
-    def kill(self) -> None:
-        """kill -9: no goodbye to anyone."""
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        self.env = {**self.environment.env, **self.extra_env}  # the environment as it is now
+        return super().start(timeout)

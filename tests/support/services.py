@@ -19,11 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from frontend.daphne_process import port_claim
 
 
 def _port_open(port: int) -> bool:
@@ -54,7 +50,7 @@ class PrivatePostgres:
         self.root = Path(tempfile.mkdtemp(prefix="steerboard-pg-"))
         self.data = self.root / "data"
         self.logfile = self.root / "postgres.log"
-        self.port = free_port()
+        self.port = port_claim()
         self.as_user = None
         if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to postgres
             self.as_user = pwd.getpwnam("postgres")
@@ -123,7 +119,7 @@ class PrivateRedis:
         if self.binary is None:
             raise RuntimeError("no redis-server: install Debian's redis-server (scripts/test.sh does)")
         self.root = Path(tempfile.mkdtemp(prefix="steerboard-redis-"))
-        self.port = free_port()
+        self.port = port_claim()
         self.proc: subprocess.Popen | None = None
 
     @property

@@ -56,6 +56,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from accounts.tokens import operator_token_create
+from frontend.daphne_process import DEPLOYMENT_TIMEOUTS, DaphneFailed, DaphneProcess
 from steerboard_agents.registry import NAMES, member_and_name, models_choose
 from mailbox.api.permissions import is_operator
 from teams.errors import TeamError
@@ -183,11 +184,15 @@ class Command(BaseCommand):
         access_log = logs / "access.log"
         seen_from = access_log.stat().st_size if access_log.exists() else 0
         self._say(f"Starting the server (daphne) on {bind}:{port} ...")
-        # Daphne's own timeouts as docs/deployment.md ("Slow and huge clients") sets them.
-        timeouts = ["--http-timeout", "3700", "--ping-interval", "20", "--ping-timeout", "30"]
-        daphne = [sys.executable, "-m", "daphne", "-b", bind, "-p", str(port), "--access-log", str(access_log)]
-        self._spawn("daphne", [*daphne, *timeouts, "config.asgi:application"], logs)
-        self._wait_ready(server, timeout=60)
+        # The project's daphne (frontend/daphne_process.py), with its own timeouts as
+        # docs/deployment.md ("Slow and huge clients") sets them.
+        daphne = DaphneProcess(port=port, bind=bind, env=self._child_env(), log_path=logs / "daphne.log",
+                               args=("--access-log", str(access_log), *DEPLOYMENT_TIMEOUTS))
+        self.children.append(("daphne", daphne.spawn()))
+        try:
+            daphne.wait_ready(timeout=60)
+        except DaphneFailed as exc:
+            raise DemoFailed(f"{exc.reason}; see {logs / 'daphne.log'}")
         # -v: host.log tells each session's steers, turns and entries as they happen.
         host = [sys.executable, "-m", "steerboard_agents", "host", "--server", server, "-v"]
         if models:
@@ -306,14 +311,18 @@ class Command(BaseCommand):
             time.sleep(0.3)
 
     # --- children -----------------------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str], logs: Path, env: dict | None = None) -> None:
-        env = {
+    @staticmethod
+    def _child_env(env: dict | None = None) -> dict:
+        return {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings"),
             **(env or {}),
         }
+
+    def _spawn(self, name: str, argv: list[str], logs: Path, env: dict | None = None) -> None:
         log = open(logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=self._child_env(env), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         self.children.append((name, proc))
 
     def _wait_sessions_ended(self, timeout: float = 5.0) -> None:
@@ -340,20 +349,6 @@ class Command(BaseCommand):
         for name, proc in self.children:
             if proc.poll() is not None:
                 raise DemoFailed(f"{name} exited with {proc.returncode}; see {logs / (name + '.log')}")
-
-    def _wait_ready(self, server: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            daphne = self.children[0][1]
-            if daphne.poll() is not None:
-                raise DemoFailed(f"daphne exited with {daphne.returncode} before it answered")
-            try:
-                if httpx.get(server + "/api/v1/tools", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise DemoFailed(f"daphne did not answer on {server} within {timeout:g}s")
 
     def _stop_children(self) -> None:
         """The host first, then daphne once it has recorded the sessions' ends: a member
