@@ -184,12 +184,13 @@ async def _rate_limited(scope, send, path: str) -> bool:
     A request without a token goes on (the endpoint answers it)."""
     from mailbox import quota
     from mailbox.auth import bearer_from_headers
+    from teams.tokens import token_hash
 
     token = bearer_from_headers(scope.get("headers", ()))
     if not token:
         return False
     try:
-        quota.request_charge(quota.token_key(token))
+        quota.request_charge(token_hash(token))
     except TeamError as exc:
         if path == "/api/v1/tools/send_message":
             exc.extra["persisted"] = False

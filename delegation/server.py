@@ -49,6 +49,7 @@ from delegation.credentials import Caller, caller_for_team
 from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberRequestHandler
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Team
+from teams.tokens import token_hash
 
 PREFIX = "/a2a"
 CARD_PATH = ".well-known/agent-card.json"
@@ -323,7 +324,7 @@ class A2AApp:
             await _refuse(send, "rest" if binding == "rest" else "gate", _refused_params(refused))
             return
         token = bearer_from_headers(scope.get("headers", ()))
-        scope[RATE_KEY] = quota.token_key(token) if token else None
+        scope[RATE_KEY] = token_hash(token) if token else None
         if token:  # each token's request rate, as on the agents' API and /mcp
             try:
                 quota.request_charge(scope[RATE_KEY])

@@ -21,6 +21,7 @@ from mailbox import (
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
+from teams.tokens import token_hash
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class AgentConsumer(_JsonFrames):
             return
         log_context.bind(**log_context.of_member(self.member))  # this socket's lines name its member
         # The token's SHA-256: what revocation closes this socket by, and the tool frames' rate key.
-        self.token = self.rate_key = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        self.token = self.rate_key = token_hash(bearer_from_headers(self.scope["headers"]))
         try:
             quota.sockets_admit(auth.sockets_open(self.token))
         except TeamError as exc:
@@ -430,7 +431,7 @@ class HostConsumer(_JsonFrames):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         log_context.bind(team=self.team.name)
-        self.token = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        self.token = token_hash(bearer_from_headers(self.scope["headers"]))
         try:
             quota.sockets_admit(auth.host_sockets_open(self.token))
         except TeamError as exc:
