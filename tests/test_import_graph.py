@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "frontend", "mailbox", "teams")
+PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "demo", "frontend", "mailbox", "teams")
 
 
 def _module_name(path: Path) -> str:
@@ -186,14 +186,19 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 # Which package may import which (docs/code.md, "Imports"): the SDK nothing of the server; teams
 # (the roster and the board) and accounts (people) nothing of the mailbox, A2A or the dashboard;
-# the mailbox nothing of the transports above it.
-SERVER = {"accounts", "config", "delegation", "frontend", "mailbox", "teams"}
+# the mailbox nothing of the transports above it. Only the demo (which runs a team host and its
+# sessions beside the server) imports the SDK, and nothing of the server imports the demo.
+SERVER = {"accounts", "config", "delegation", "demo", "frontend", "mailbox", "teams"}
+NOT_THE_SDK_NOR_THE_DEMO = {"steerboard_agents", "demo"}
 MAY_NOT_IMPORT = {
     "steerboard_protocol": SERVER | {"steerboard_agents"},
     "steerboard_agents": SERVER,
-    "teams": {"accounts", "delegation", "frontend", "mailbox"},
-    "accounts": {"delegation", "frontend", "mailbox"},
-    "mailbox": {"delegation", "frontend"},
+    "teams": {"accounts", "delegation", "frontend", "mailbox"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "accounts": {"delegation", "frontend", "mailbox"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "mailbox": {"delegation", "frontend"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "delegation": {"frontend"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "frontend": NOT_THE_SDK_NOR_THE_DEMO,
+    "config": NOT_THE_SDK_NOR_THE_DEMO,
 }
 
 
