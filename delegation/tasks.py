@@ -29,7 +29,7 @@ of a hundred tasks pays for none).
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import asks, events, history, queue_adapter
+from mailbox import asks, history, interrupt, queue_adapter
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind
 
@@ -146,7 +146,6 @@ def task_send(
             message_id=message_id,
             with_tool_results=with_tool_results,
         )
-        events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt.pk, a2a_task=task.pk)
     queue_adapter.prompt_offer(prompt)
     return task
 
@@ -338,10 +337,8 @@ def task_interrupt_again(*, task: TaskRow) -> None:
 
 
 def _interrupt(channel: str) -> None:
-    if not channel:
-        return
     try:
-        events.send_now(channel, {"type": "session.interrupt"}, to_channel=True)
+        interrupt.turn_interrupt(channel=channel)
     except Exception:  # the layer is away: the turn runs on, and the task reports how it ended
         log.warning("could not interrupt %s for a canceled A2A task", channel, exc_info=True)
 

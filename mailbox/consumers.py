@@ -16,7 +16,7 @@ from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
 from mailbox import (
-    auth, events, hot_path, log_context, outage, presence, quota, recovery, sessions, sweeper, tools, tracing, wire,
+    auth, events, hosts, hot_path, log_context, outage, presence, quota, sessions, sweeper, tools, tracing, wire,
 )
 from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
 from mailbox.db import to_db_thread
@@ -443,7 +443,7 @@ class HostConsumer(_JsonFrames):
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await to_db_thread(recovery.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
+        await to_db_thread(hosts.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
 
     async def detach(self, code):
         if self.team is None:
@@ -452,7 +452,7 @@ class HostConsumer(_JsonFrames):
         try:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         finally:
-            await to_db_thread(sessions.host_disconnected)(channel=self.channel_name)
+            await to_db_thread(hosts.host_disconnected)(channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         try:
@@ -461,7 +461,7 @@ class HostConsumer(_JsonFrames):
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
         if isinstance(frame, wire.StartFailed):
-            await to_db_thread(sessions.host_start_failed)(
+            await to_db_thread(hosts.host_start_failed)(
                 team_id=self.team.pk, member_name=frame.member, error=frame.error
             )
 
