@@ -222,3 +222,41 @@ def test_the_protocol_package_imports_nothing_of_either_side():
     protocol = {m: deps for m, deps in graph.items() if m.startswith("steerboard_protocol")}
     assert protocol, "sdk/steerboard_protocol is not read"
     assert all(dep.startswith("steerboard_protocol") for deps in protocol.values() for dep in deps), protocol
+
+
+# The transports (docs/code.md, "Imports"): they parse, call a service or a selector, and
+# render. Below them the services and selectors, which import no transport; the transports
+# query no model themselves (no ORM manager in their source).
+TRANSPORTS = (
+    "config.asgi", "delegation.handler", "delegation.server", "frontend.console_views", "frontend.consumers",
+    "frontend.views", "mailbox.api", "mailbox.consumers", "mailbox.mcp_server",
+)
+# What wires the transports to their paths (and the app that registers the OpenAPI extension),
+# and the command that drives the whole product.
+WIRING = ("config", "mailbox.apps", "mailbox.urls", "mailbox.routing", "frontend.urls", "frontend.routing", "demo")
+
+
+def _is(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in names)
+
+
+def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
+    graph = import_graph()
+    assert _is("mailbox.api.inbox", TRANSPORTS) and "mailbox.consumers" in graph
+    upward = [
+        f"{module} imports {name}"
+        for module, imported in sorted(graph.items())
+        if not _is(module, TRANSPORTS) and not _is(module, WIRING)
+        for name in sorted(imported)
+        if _is(name, TRANSPORTS)
+    ]
+    assert not upward, "services and selectors import no transport (docs/code.md, \"Imports\"):\n" + "\n".join(upward)
+    modules = project_modules()
+    querying = [
+        f"{name}:{node.lineno}"
+        for name, path in sorted(modules.items())
+        if _is(name, TRANSPORTS)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute) and node.attr == "objects"
+    ]
+    assert not querying, "a transport queries the ORM itself; read through a selector or a service:\n" + "\n".join(querying)
