@@ -330,6 +330,35 @@ def open_loop(pool: Pool, bench: Bench, args, rate: float, duration: float) -> t
     return m, win
 
 
+def writer_figures(bench: Bench) -> dict | None:
+    """The writer's histograms summed over the servers' /metrics (sum and count of its batch
+    sizes and commit seconds), or None when a server does not answer them."""
+    totals: dict[str, float] = {}
+    for server in bench.servers:
+        try:
+            text = httpx.get(f"{server.url}/metrics", timeout=10).raise_for_status().text
+        except httpx.HTTPError:
+            return None
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name.startswith(("steerboard_writer_commit_seconds_", "steerboard_writer_batch_size_")) and \
+                    name.endswith(("_sum", "_count")):
+                totals[name] = totals.get(name, 0.0) + float(value)
+    return totals
+
+
+def writer_spent(before: dict | None, after: dict | None) -> dict | None:
+    """The writer's batches between two readings: how many, their mean size and commit time."""
+    if not before or not after:
+        return None
+    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    batches = delta.get("steerboard_writer_commit_seconds_count", 0.0)
+    if not batches:
+        return None
+    return {"batches": batches, "commit": delta["steerboard_writer_commit_seconds_sum"] / batches,
+            "batch_size": delta.get("steerboard_writer_batch_size_sum", 0.0) / batches}
+
+
 def saturation_report(m: dict, win: dict, bench: Bench, floor: dict, args) -> dict:
     """Print one saturation pass's figures; answers its rate, CPU per message, missing, steadiness."""
     delivered = m["acked_in_window"]
@@ -386,7 +415,9 @@ def who_saturates(win: dict, window_full: bool, window_hint: str, idle_hint: str
 
 
 def steerboard(pool: Pool, sdk_pool: Pool | None, backend: str, processes: int, args, result: dict) -> None:
-    bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000")
+    # /metrics open to this machine: the light runs read the writer's commit time from it.
+    bench = Bench(backend, processes=processes, STEERBOARD_MAX_PENDING_PER_TARGET="1000",
+                  STEERBOARD_METRICS_ALLOW="127.0.0.0/8")
     try:
         team = bench.provision("bench", args.members)
         # The SDK sessions' team, made before any load (their members are not the raw client's).
@@ -433,13 +464,19 @@ def steerboard(pool: Pool, sdk_pool: Pool | None, backend: str, processes: int, 
                 break
             section(f"send→delivered at {rate_offered:g} msg/s offered (open loop, {args.light_duration:.0f} s), "
                     f"send via {args.send_via}")
+            before = writer_figures(bench)
             m, win = open_loop(pool, bench, args, rate_offered, args.light_duration)
+            spent = writer_spent(before, writer_figures(bench))
             d50, d99 = pct(m["delivered"], 50), pct(m["delivered"], 99)
             a50 = pct(m["answered"], 50)
             print(f"  {m['sent_ok']} sent, {len(m['delivered'])} delivered; {problems(m)}")
             print(f"  send→delivered p50 {fmt_ms(d50)} ({d50 / bare_p50:.1f}x bare POST p50), "
                   f"p99 {fmt_ms(d99)} ({d99 / bare_p50:.1f}x); send→answered p50 {fmt_ms(a50)} "
                   f"({a50 / bare_p50:.1f}x); bare POST p50 {fmt_ms(bare_p50)}")
+            if spent:
+                print(f"  where it went (the servers' /metrics): {spent['batches']:.0f} writer batches of "
+                      f"{spent['batch_size']:.2f} jobs, each {fmt_ms(spent['commit'])} from its first statement to its "
+                      f"commit (mean); a delivered message is two of them in a row: {fmt_ms(2 * spent['commit'])}")
             print("  " + cpu_line(win, {"server": "daphne", "workers": "client workers"}))
             result[label] = {"rate": rate_offered, "p50": d50, "p99": d99, "answered_p50": a50, "missing": m["missing"]}
 

@@ -782,7 +782,7 @@ class Worker:
 class Ring:
     """What one worker's SDK sessions measure: when each ring message was asked for (the model's
     reply, or a seed) and when its target's model first saw it (its user_message entry is in the
-    conversation: the session reported it and the server acknowledged it)."""
+    conversation: the session reported it; its ack comes before the model's send leaves the session)."""
 
     def __init__(self, index: int):
         self.index = index

@@ -1,8 +1,12 @@
 """A session's history entries on their way to the server, until each is acknowledged.
 
-Every entry the session adds is reported (an ``entry`` frame) and its reporter
-waits for the server's ``ack``: what the conversation holds is durable before
-the session goes on. The server answers entries in the order it got them, so a
+Every entry the session adds is reported (an ``entry`` frame) at once, and the
+server acknowledges each (``ack``). Entries go out back to back, without waiting
+for the ack of the one before: ``settled()`` waits until every entry reported so
+far is acknowledged, and the turn runner calls it before anything leaves the
+session (a tool call, the end of a turn), so what the conversation holds is
+durable before it has any effect; a turn's entries share the server's commits
+instead of waiting a round trip each. The server answers entries in the order it got them, so a
 refusal (an ``error`` frame) is for the oldest entry still in flight. What is
 never acknowledged is sent again after the next ``welcome``; an entry the
 history quota refused goes again after the pause the server names. Entry ids
@@ -43,17 +47,33 @@ class Outbox:
         """Send the entry and wait for its ack: True when it folded on one the server held,
         False when it was refused (or folded as False). Without a connection it waits for
         the next welcome's resend."""
+        waiter = await self.post(entry)
+        try:
+            return await waiter
+        except ToolError:
+            return False
+
+    async def post(self, entry: dict) -> asyncio.Future:
+        """Send the entry without waiting for its ack: the future answers as ``report`` would
+        (a refusal as ``ToolError``). Entries posted one after another keep their order."""
         async with self._lock:
             waiter = self._waiters.get(entry["id"])
             if waiter is None or waiter.done():
                 waiter = asyncio.get_running_loop().create_future()
+                # A refusal nobody awaits is still answered (settled() reads it): no warning.
+                waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
                 self._waiters[entry["id"]] = waiter
             self._unacked[entry["id"]] = entry
             await self._send_one(entry)
-            try:
-                return await waiter
-            except ToolError:
-                return False
+        return waiter
+
+    async def settled(self) -> None:
+        """Wait until every entry posted so far is acknowledged (or refused)."""
+        while True:
+            pending = [waiter for waiter in self._waiters.values() if not waiter.done()]
+            if not pending:
+                return
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def _send_one(self, entry: dict) -> None:
         self._inflight.append(entry["id"])

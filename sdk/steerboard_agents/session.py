@@ -303,6 +303,16 @@ class AgentSession:
     async def _send_entry(self, entry: dict) -> bool:
         return await self._outbox.report(entry)
 
+    async def post(self, entry: dict) -> None:
+        """Add an entry to the conversation and send it without waiting for its ack
+        (for sdk/steerboard_agents/turns.py, which calls ``settle`` before anything leaves the session)."""
+        self.entries.append(entry)
+        await self._outbox.post(entry)
+
+    async def settle(self) -> None:
+        """Wait until the server holds every entry added so far."""
+        await self._outbox.settled()
+
     async def status_set(self, status: str) -> None:
         """Report ``running`` or ``idle`` (for sdk/steerboard_agents/turns.py)."""
         self.status = status

@@ -89,6 +89,12 @@ class Conversation(Protocol):
     async def record(self, entry: dict) -> None:
         """Add ``entry`` to the conversation and wait until the server holds it."""
 
+    async def post(self, entry: dict) -> None:
+        """Add ``entry`` to the conversation and send it; ``settle`` waits for the server to hold it."""
+
+    async def settle(self) -> None:
+        """Wait until the server holds every entry added so far."""
+
     async def status_set(self, status: str) -> None:
         """Report ``running`` or ``idle``."""
 
@@ -189,7 +195,9 @@ class Turns:
         if self._mark_resumed and entry.get("turn_id") == self._turn_id:
             entry["resumed"] = True  # the first entry a cold-resumed session adds to the turn it continues
             self._mark_resumed = False
-        await self._session.record(entry)
+        # Sent now, acknowledged later: the runner settles before a tool call and at the end of
+        # a turn, so nothing leaves the session before the history that led to it is durable.
+        await self._session.post(entry)
 
     async def _run_turn(self, *, cause: str, prompt: dict | None = None) -> None:
         turn_id = uuid.uuid4().hex
@@ -293,6 +301,7 @@ class Turns:
     async def _run_tool(self, turn_id: str, step: int, call: dict, repeat: bool = False) -> bool:
         """Run one reported tool call and report its result. False when interrupted."""
         arguments = call.get("arguments") or {}
+        await self._session.settle()  # the call and everything before it are durable before it runs
         outcome = await self._interruptible(self._execute(call["tool"], arguments, call["call_id"], repeat=repeat))
         result = {"kind": "tool_result", "turn_id": turn_id, "step": step, "call_id": call["call_id"], "tool": call["tool"]}
         if outcome is None:
@@ -387,6 +396,7 @@ class Turns:
         if error:
             entry["error"] = error
         await self._report(entry)
+        await self._session.settle()
         log.info("%s: turn %s ended (%s)", self._session.member, turn_id, reason)
         self._in_turn = False
         self._interrupt.clear()

@@ -227,3 +227,41 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(live_env, d
         finally:
             await session.stop()
             await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(live_env, daphne_server):
+    """The session sends a turn's entries back to back, without waiting for each ack (they share
+    the server's commits), yet when a tool call leaves the session every entry before it is
+    acknowledged, and the turn ends (status idle) only once its last entry is."""
+    team = Team(live_env, daphne_server, "settled-entries")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
+    assert spawned.status_code == 200
+    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
+                           max_backoff=0.3)
+    outbox = session._outbox
+    unacked_at_call: list[int] = []
+    most_in_flight = 0
+    call, send_one = session.client.tool, outbox._send_one
+
+    async def observed_call(name, arguments, **kwargs):
+        unacked_at_call.append(len(outbox))
+        return await call(name, arguments, **kwargs)
+
+    async def observed_send(entry):
+        nonlocal most_in_flight
+        await send_one(entry)
+        most_in_flight = max(most_in_flight, len(outbox._inflight))
+
+    session.client.tool, outbox._send_one = observed_call, observed_send
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        history = await run_turn(team, session, "worker")
+        assert unacked_at_call == [0] * 5, unacked_at_call  # five Team tool calls, each after every entry was held
+        assert most_in_flight >= 2, "the turn's entries went out without waiting for each other's acks"
+        assert len(outbox) == 0  # idle: the turn's last entry (turn_end) is held
+        assert [e["kind"] for e in history][-1] == "turn_end"
+        assert {e["id"] for e in history} == {e["id"] for e in session.entries}
+    finally:
+        await session.stop()
+        await asyncio.gather(running, return_exceptions=True)

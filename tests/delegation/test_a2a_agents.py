@@ -178,3 +178,77 @@ async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(live
         assert [p["text"] for p in prompt_turns(team, "worker")] == ["[hold] wait for my word", "are you free?"]
     finally:
         team.stop_all()
+
+
+class AskingModel:
+    """A member that asks a person in its task's turn, waits for the answer, then says what it was."""
+
+    def __init__(self):
+        self.ask_id: str | None = None
+
+    async def step(self, context):
+        from steerboard_agents import ModelReply, ToolCall
+
+        results = [e for e in context.entries if e.get("turn_id") == context.turn_id and e["kind"] == "tool_result"]
+        if context.step == 0:
+            return ModelReply(tool_calls=[ToolCall("ask_human", {"question": "Drop the old table too?",
+                                                                 "options": ["yes", "no"]})])
+        if context.step == 1:
+            self.ask_id = results[-1]["result"]["ask_id"]
+            return ModelReply(tool_calls=[ToolCall("await_message", {"ask_id": self.ask_id, "timeout_ms": 120_000})])
+        answers = [e for e in context.entries if e.get("turn_id") == context.turn_id
+                   and (e.get("source") or {}).get("kind") == "human-answer"]
+        return ModelReply(text=f"decided: {answers[-1]['source']['decision']}")
+
+
+async def test_a_stream_follows_its_task_through_input_required_to_its_answer(live_env, daphne_server):
+    """SendStreamingMessage on a task whose member asks a person: the one stream shows WORKING,
+    INPUT_REQUIRED with the question, WORKING again once the caller's message on the task
+    answered it, then the answer's artifact and COMPLETED (issue 28 item 2, end to end)."""
+    import asyncio
+
+    from steerboard_agents import AgentSession
+
+    team = Team(live_env, daphne_server, "asking")
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
+    assert spawned.status_code == 200, spawned.text
+    model = AskingModel()
+    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    token = await asyncio.to_thread(credential, team, "planner")
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        async with http(token) as h:
+            _, client = await client_for(h, f"{daphne_server.url}/a2a/asking/worker")
+            events: list = []
+            asked = asyncio.Event()
+
+            async def follow() -> None:
+                async for event in client.send_message(message("Migrate the database.")):
+                    events.append(event)
+                    if states(events)[-1:] == ["TASK_STATE_INPUT_REQUIRED"]:
+                        asked.set()
+
+            following = asyncio.create_task(follow())
+            await asyncio.wait_for(asked.wait(), 60)
+            waiting = next(e.status_update for e in reversed(events) if e.HasField("status_update"))
+            assert waiting.status.message.parts[0].text == "Drop the old table too?"
+
+            _, answering = await client_for(h, f"{daphne_server.url}/a2a/asking/worker", streaming=False)
+            answer = message("yes")
+            answer.message.task_id = task_of(events).id
+            await collect(answering.send_message(answer))
+            await asyncio.wait_for(following, 60)
+
+        # The stream reads the task as it is at each doorbell: changes closer together than one
+        # read arrive as the latest of them (WORKING may be passed over), never out of order.
+        seen = states(events)
+        journey = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_WORKING",
+                   "TASK_STATE_COMPLETED"]
+        steps = iter(journey)
+        assert all(state in steps for state in seen), seen  # in the journey's order
+        assert seen.count("TASK_STATE_INPUT_REQUIRED") == 1 and seen[-1] == "TASK_STATE_COMPLETED", seen
+        assert artifact_texts(events) == ["decided: yes"]  # the caller's answer reached the member's turn
+    finally:
+        await session.stop()
+        await asyncio.gather(running, return_exceptions=True)
