@@ -21,7 +21,7 @@ import functools
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from mailbox import outage, quota
+from mailbox import outage, quota, tracing
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -228,6 +228,15 @@ class MemberRequestHandler(RequestHandler):
     """The A2A methods of one member's endpoint (the member and caller come with the context)."""
 
     async def _send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
+        """A caller's message: a new task's prompt, or the answer a task waits on. Its span (a
+        messaging ``send``) is the child of the request's ``traceparent`` (delegation/server.py)."""
+        member, _ = _who(context)
+        with tracing.prompt_span(team=member.team.name, target=member.name, transport="a2a") as span:
+            view = await self._sent(params, context)
+            tracing.prompt_queued(span, prompt_id=None if params.message.task_id else view.prompt_id, task_id=view.id)
+        return view
+
+    async def _sent(self, params: pb.SendMessageRequest, context: ServerCallContext) -> TaskView:
         member, caller = _who(context)
         message = params.message
         text = "\n\n".join(part.text for part in message.parts if part.text)

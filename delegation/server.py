@@ -12,7 +12,9 @@ credential>``. ``A2AApp`` is the gate in front of the SDK, as config/asgi.py's i
 for the other surfaces: the Host; the token's request rate (mailbox/quota.py, the
 bucket the token has everywhere); the member of the path and the caller
 (delegation/credentials.py); and the hostile-input parser (mailbox/wire.py) on
-the path, the query and the body, before the SDK parses anything. Refusals
+the path, the query and the body, before the SDK parses anything. A request's
+W3C ``traceparent`` is the parent of what it does when the server traces
+(mailbox/tracing.py: an A2A send's span). Refusals
 before the A2A layer (401, 403, 404, 429, 503) are Steerboard's JSON error; a
 value the parser refuses is the binding's own invalid-params error naming the
 field (JSON-RPC ``-32602``, the HTTP+JSON binding's 400), as the handler
@@ -21,7 +23,7 @@ or a member's prompt queue full, is answered 503 or 429 the same way, in place
 of the SDK's answer (``HttpAnswer``).
 """
 import logging
-from mailbox import outage, quota, wire
+from mailbox import outage, quota, tracing, wire
 from mailbox.api.tool_calls import body_read, host_allowed, respond_json
 from mailbox.auth import bearer_from_headers
 from urllib.parse import unquote
@@ -342,7 +344,11 @@ class A2AApp:
             if receive is None:
                 return
         answer = scope[ANSWER_KEY] = HttpAnswer()
-        await self._app(scope, receive, _answering(send, answer))
+        if not tracing.enabled:
+            await self._app(scope, receive, _answering(send, answer))
+            return
+        with tracing.request_context(scope.get("headers")):  # the caller's traceparent: its send's parent
+            await self._app(scope, receive, _answering(send, answer))
 
 
 async def _body_checked(receive, send, binding: str):

@@ -293,7 +293,7 @@ class AgentConsumer(_JsonFrames):
         try:
             answer["result"] = await tools.tool_call(
                 member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
-                headers=tracing.frame_headers(frame),
+                headers=tracing.frame_headers(frame), trace_out=answer,  # the call's span, when traced
             )
         except TeamError as exc:
             answer.update(exc.as_wire())
@@ -336,6 +336,8 @@ class AgentConsumer(_JsonFrames):
     async def session_steer(self, event):
         self.session.steer_sent(event["message"]["id"])
         await self.send_json({"type": "steer", "message": event["message"]})
+        if tracing.enabled:  # the pushed event of the message's deliver span
+            tracing.pushed(event["message"])
 
     async def session_prompt(self, event):
         await self.send_json({"type": "prompt", "prompt": event["prompt"]})

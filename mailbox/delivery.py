@@ -73,10 +73,12 @@ log = logging.getLogger(__name__)
 
 def steer_of(message: TeamMessage, *, target_name: str) -> dict:
     """The message as a ``steer`` frame carries it (docs/protocol.md); a person's answer to an
-    ask also names the ask, the decision, the answer and who gave it (mailbox/asks.py)."""
+    ask also names the ask, the decision, the answer and who gave it (mailbox/asks.py); a
+    message sent in a trace, that trace's context (mailbox/tracing.py)."""
     steer = wire.steer_message(
         id=message.id, sender=message.sender.name, target=target_name, content=message.content, seq=message.seq,
         created_at=message.created_at, thread_id=message.thread_id, kind=message.kind,
+        trace=(message.traceparent, message.tracestate),
     )
     if message.kind == MessageKind.HUMAN_ANSWER:
         steer.update(selectors.human_answer_of(message.id))

@@ -77,6 +77,10 @@ def _stored(result) -> dict:
 class SendJob(_writer.Job):
     """Store one message (admitting it for a running or idle target with nothing queued)."""
 
+    # The send span's W3C context (traceparent, tracestate) when the process traces: stored
+    # with the message by the batch (hot_sql.batch_flush) and carried in its steer frames.
+    trace: tuple[str, str | None] | None = None
+
     def __init__(
         self, *, sender: Member, target_name: str, content: str, reply_to: str = "", kind: str = MessageKind.MESSAGE,
         key: str | None = None, fingerprint: str = "", may_admit: bool = True, records_wait: bool = True,
@@ -158,6 +162,8 @@ class SendJob(_writer.Job):
         )
         self.created_at = batch.now
         self.answer = self._answer()
+        if self.trace is not None:
+            batch.traced(self.message_id, *self.trace)
         if self.key_id is not None:
             batch.key_result(self.key_id, json.dumps(self.answer))
 
@@ -237,6 +243,8 @@ class SendJob(_writer.Job):
             )
             self.created_at = batch.now
             self.answer = self._answer()
+            if self.trace is not None:
+                batch.traced(self.message_id, *self.trace)
             if self.key:
                 expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
                 cursor.execute(
@@ -280,7 +288,7 @@ class SendJob(_writer.Job):
     def wire(self) -> dict:
         return steer_message(
             id=self.message_id, sender=self.sender.name, target=self.target_name, content=self.content,
-            seq=self.seq, created_at=self.created_at, thread_id=self.thread_id, kind=self.kind,
+            seq=self.seq, created_at=self.created_at, thread_id=self.thread_id, kind=self.kind, trace=self.trace,
         )
 
     def rings(self) -> list[tuple[int, str, dict]]:
@@ -338,6 +346,7 @@ class EntryJob(_writer.Job):
         self.usage = entry.usage
         self.delivered = False
         self.queued_at = None  # the delivered message's, for the send-to-delivered latency
+        self.marked = None  # its delivered row: seq, queued_at (and, traced, accepted_at, traceparent, tracestate)
 
     def execute(self, batch) -> None:
         sql = hot_sql.statements(batch.db)
@@ -361,7 +370,7 @@ class EntryJob(_writer.Job):
                     member.pk, usage.model, usage.input_tokens, usage.output_tokens, usage.cached_tokens, now,
                 ])
             if self.message_id and not self._delivered_deferred():
-                marked = _delivered(cursor, batch, member=member, message_id=self.message_id)
+                self.marked = marked = _delivered(cursor, batch, member=member, message_id=self.message_id)
                 self.delivered = marked is not None
                 self.queued_at = marked[1] if marked else None
             self.result = inserted is not None
@@ -389,15 +398,16 @@ class EntryJob(_writer.Job):
             "name": member.name, "mark": bool(self.message_id) and not self._delivered_deferred(),
         }
         if self.usage is None:
-            return sql.entry_piped, params
+            return sql.entry_piped_traced if tracing.enabled else sql.entry_piped, params
         usage = self.usage
         params.update(model=usage.model, input=usage.input_tokens, output=usage.output_tokens,
                       cached=usage.cached_tokens)
-        return sql.entry_piped_usage, params
+        return sql.entry_piped_usage_traced if tracing.enabled else sql.entry_piped_usage, params
 
     def piped_result(self, row, batch) -> None:
-        inserted, seq, state, self.queued_at = row
+        inserted, seq, state, self.queued_at = row[:4]
         self.delivered = seq is not None
+        self.marked = (seq, *row[3:]) if self.delivered else None
         if self.message_id and state is None:
             with hot_sql.HotCursor(batch.db) as cursor:
                 self._not_mine(cursor, inserted)
@@ -423,6 +433,8 @@ class EntryJob(_writer.Job):
     def committed(self) -> None:
         if self.delivered:
             metrics.message_delivered(team_id=self.member.team_id, queued_at=self.queued_at)
+            if tracing.enabled:
+                _delivery_traced(self.member, self.message_id, self.marked)
         faults.crash_point("after_entry")
 
     def rings(self) -> list[tuple[int, str, dict]]:
@@ -489,13 +501,15 @@ class DeliveredJob(_writer.Job):
 
     def execute(self, batch) -> None:
         with hot_sql.HotCursor(batch.db) as cursor:
-            marked = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
+            self.marked = marked = _delivered(cursor, batch, member=self.target, message_id=self.message_id)
         self.result = marked is not None
         self.queued_at = marked[1] if marked else None
 
     def committed(self) -> None:
         if self.result:
             metrics.message_delivered(team_id=self.target.team_id, queued_at=self.queued_at)
+            if tracing.enabled:
+                _delivery_traced(self.target, self.message_id, self.marked)
 
     def rings(self) -> list[tuple[int, str, dict]]:
         return [(self.target.team_id, "message", {"target": self.target.name})] if self.result else []
@@ -503,11 +517,12 @@ class DeliveredJob(_writer.Job):
 
 def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | None:
     """``delivered`` for a pending message of ``member`` whose entry its history holds, with
-    its record: the message's (seq, queued_at); None when it is not (already delivered, or no
-    such entry)."""
+    its record: the message's (seq, queued_at), and when the process traces its (accepted_at,
+    traceparent, tracestate) too; None when it is not (already delivered, or no such entry)."""
     sql = hot_sql.statements(batch.db)
     now = batch.now_db
-    cursor.execute(sql.mark_delivered, [now, now, message_id, member.pk, member.pk, message_id])
+    statement = sql.mark_delivered_traced if tracing.enabled else sql.mark_delivered  # the span's columns too
+    cursor.execute(statement, [now, now, message_id, member.pk, member.pk, message_id])
     marked = cursor.fetchone()
     if marked is None:
         return None
@@ -516,6 +531,19 @@ def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | Non
         data=json.dumps(delivered_record(target=member.name, seq=marked[0])),
     )
     return marked
+
+
+def _delivery_traced(member: Member, message_id: str, marked: tuple) -> None:
+    """The delivered message's span (mailbox/tracing.py), from its delivered row (the traced
+    statement's: a row marked before tracing was turned on has no trace columns)."""
+    if len(marked) < 5:
+        return
+    seq, queued_at, accepted_at, traceparent, tracestate = marked
+    try:
+        tracing.delivered(member=member, message_id=message_id, seq=seq, queued_at=queued_at,
+                          accepted_at=accepted_at, traceparent=traceparent, tracestate=tracestate)
+    except Exception:  # a span is never worth a delivery's commit
+        log.warning("the span of delivering %s failed", message_id, exc_info=True)
 
 
 _budget_checks: set[asyncio.Task] = set()
@@ -553,6 +581,7 @@ async def message_send(
     job = SendJob(sender=sender, target_name=target_name, content=content, reply_to=reply_to, key=key,
                   fingerprint=fingerprint)
     with tracing.send_span(sender=sender, target=target_name) as span:
+        job.trace = tracing.carrier(span)
         await writer().run(job)
         replayed = job.replayed is not None
         tracing.sent(span, message_id=job.replayed["message_id"] if replayed else job.message_id,

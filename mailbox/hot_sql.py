@@ -99,6 +99,10 @@ class Statements:
         queued, accepted, delivered, cancelled = (
             f"'{s}'" for s in (MessageState.QUEUED, MessageState.ACCEPTED, MessageState.DELIVERED, MessageState.CANCELLED)
         )
+        # What a delivered mark answers: its seq and the latency metric's queued_at; when the
+        # process traces (the ``_traced`` statements, so the others stay as they were), also
+        # what the message's deliver span is made of (mailbox/tracing.py).
+        traced_columns = ("accepted_at", "traceparent", "tracestate")
 
         def counted(state: str) -> str:
             # One index range per state ((target, state, seq)): the pending few, never the inbox.
@@ -138,7 +142,10 @@ class Statements:
             f"AND EXISTS (SELECT 1 FROM {history} WHERE member_id = %s AND message_id = %s) "
             f"RETURNING seq, queued_at"
         )
+        self.mark_delivered_traced = self.mark_delivered + "".join(f", {column}" for column in traced_columns)
         self.message_state = f"SELECT state FROM {message} WHERE id = %s AND target_id = %s"
+        # A stored message's trace context (the writer's batch, only when its process traces).
+        self.message_traced = f"UPDATE {message} SET traceparent = %s, tracestate = %s WHERE id = %s"
         self.prompt_started = queue_adapter.prompt_started_sql(now="%s", prompt="%s", member="%s")
         # An idempotency key (mailbox/idempotency.py): a live key of this member and tool, and
         # the key stored with its call's result (taking over an expired one).
@@ -168,6 +175,7 @@ class Statements:
         self.log_insert_head, self.log_row = rows_values(json_value)
         if vendor != "postgresql":
             self.send_piped = self.send_piped_keyed = self.entry_piped = self.entry_piped_usage = None
+            self.entry_piped_traced = self.entry_piped_usage_traced = None
             return
         # PostgreSQL runs each job as one statement (one round trip): the steps above,
         # with their Lead-log records, joined by data-modifying WITH clauses (which
@@ -260,10 +268,12 @@ class Statements:
             ),
             skip_existing=True,
         )
-        def entry(usage_clause: str = "") -> str:
+        def entry(usage_clause: str = "", traced: bool = False) -> str:
             # The message the entry names is locked first (an operator's cancel takes the same
             # lock): the entry is stored only for a message of this member that is not
             # cancelled, so a cancel and the entry of a push already in flight never both win.
+            more = traced_columns if traced else ()
+            returned = ", ".join(("seq", "queued_at", *more))
             return (
                 f"WITH lk AS (SELECT state FROM {message} WHERE id = %(message)s AND target_id = %(member)s FOR UPDATE), "
                 f"h AS (INSERT INTO {history} (member_id, entry_id, kind, message_id, prompt_id, data, created_at) "
@@ -275,18 +285,19 @@ class Statements:
                 f"WHERE %(mark)s AND id = %(message)s AND target_id = %(member)s AND state IN ({pending}) "
                 f"AND (EXISTS (SELECT 1 FROM h) "
                 f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
-                f"RETURNING seq, queued_at), "
+                f"RETURNING {returned}), "
                 f"l AS ({entry_records}), "
                 f"p AS ({queue_adapter.prompt_started_sql(now='%(now)s', prompt='%(prompt)s', member='%(member)s')}) "
                 f"{usage_clause}"
                 f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk), (SELECT queued_at FROM d)"
+                + "".join(f", (SELECT {column} FROM d)" for column in more)
             )
 
         self.entry_piped = entry()
         # An entry that reports its model reply's usage adds it to its member's sum, only when
         # the entry is new (a folded repeat adds nothing): apart, so entries without usage
         # keep the statement they had.
-        self.entry_piped_usage = entry(
+        usage_clause = (
             f", u AS (INSERT INTO {usage} (member_id, model, input_tokens, output_tokens, cached_tokens, replies, "
             f"updated_at) SELECT %(member)s, %(model)s, %(input)s, %(output)s, %(cached)s, 1, %(now)s FROM h "
             f"ON CONFLICT (member_id, model) DO UPDATE SET "
@@ -295,6 +306,9 @@ class Statements:
             f"cached_tokens = {usage}.cached_tokens + excluded.cached_tokens, "
             f"replies = {usage}.replies + 1, updated_at = excluded.updated_at) "
         )
+        self.entry_piped_usage = entry(usage_clause)
+        self.entry_piped_traced = entry(traced=True)
+        self.entry_piped_usage_traced = entry(usage_clause, traced=True)
 
 
 _by_vendor: dict[str, Statements] = {}
@@ -441,7 +455,8 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
 def batch_flush(batch: Batch) -> None:
     """What a batch's jobs left for its end, in one statement each before the commit: the
     Lead-log records, in the order the jobs appended them, and (PostgreSQL) the results of
-    the idempotency keys its sends claimed."""
+    the idempotency keys its sends claimed; when the process traces, the trace context of
+    the messages its sends stored (a statement a message, in the pipeline on PostgreSQL)."""
     sql = statements(batch.db)
     if batch.log_rows:
         statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
@@ -452,3 +467,7 @@ def batch_flush(batch: Batch) -> None:
         statement = sql.key_results.replace("{rows}", ", ".join([sql.key_results_row] * len(batch.key_results)))
         with HotCursor(batch.db) as cursor:
             cursor.execute(statement, params, prepare=False)
+    if batch.traces:
+        with HotCursor(batch.db) as cursor:
+            for message_id, traceparent, tracestate in batch.traces:
+                cursor.execute(sql.message_traced, [traceparent, tracestate, message_id])

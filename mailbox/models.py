@@ -85,6 +85,12 @@ class TeamMessage(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context of the send's span (mailbox/tracing.py), carried in every steer
+    # frame of the message, whichever process pushes it and however late, and the parent of
+    # its ``deliver`` span. NULL unless the sending process traced: the send's statement
+    # leaves them out, the writer's batch sets them only when it has one (hot_sql.batch_flush).
+    traceparent = models.CharField(max_length=128, null=True, blank=True)
+    tracestate = models.CharField(max_length=512, null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["target", "seq"], name="message_seq_unique_per_target")]

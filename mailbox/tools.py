@@ -254,18 +254,23 @@ TOOLS: dict[str, Tool] = {
 
 
 async def tool_call(
-    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None
+    *, member: Member, name: str, arguments: dict, transport: str = "internal", headers=None,
+    trace_out: dict | None = None,
 ) -> dict:
     """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
     (``metrics.TRANSPORTS``): what the call came through, for the metrics; ``headers``: the
-    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py)."""
+    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/tracing.py);
+    ``trace_out``, if given, gets that span's own ``traceparent`` (and ``tracestate``) when
+    tracing is on, for the answer's frame."""
     token = metrics.transport.set(transport)
     fields = log_context.of_member(member)
     bound = log_context.bind(**fields)
     label = name if name in TOOLS else "unknown"  # no caller-chosen label values
     try:
         with tracing.tool_span(name=label, team=fields["team"], member=member.name, transport=transport,
-                               headers=headers):
+                               headers=headers) as span:
+            if trace_out is not None:
+                trace_out.update(tracing.fields(span))
             result = await _tool_call(member=member, name=name, arguments=arguments)
     except TeamError as exc:
         metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))

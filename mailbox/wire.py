@@ -290,14 +290,21 @@ class SteerMessage(BaseModel):
     )
     answer: str | None = Field(None, description="human_answer only: the answer in words, if any")
     answered_by: str | None = Field(None, description="human_answer only: the person (null when it expired)")
+    traceparent: str | None = Field(
+        None, description="the W3C trace context of the message's send, when the sending server traced it: "
+        "a session that traces makes the turn it runs for the message that trace's child (docs/protocol.md)",
+    )
+    tracestate: str | None = Field(None, description="the W3C tracestate that goes with traceparent, if any")
 
 
 def steer_message(
-    *, id: str, sender: str, target: str, content: str, seq: int, created_at, thread_id: str, kind: str
+    *, id: str, sender: str, target: str, content: str, seq: int, created_at, thread_id: str, kind: str,
+    trace: tuple[str | None, str | None] | None = None,
 ) -> dict:
     """A ``steer`` frame's message (SteerMessage's fields), built without validation:
-    the one builder for the reference path (mailbox/delivery.py) and the hot path."""
-    return {
+    the one builder for the reference path (mailbox/delivery.py) and the hot path.
+    ``trace``: the message's (traceparent, tracestate), when its send was traced."""
+    message = {
         "id": id,
         "sender": sender,
         "target": target,
@@ -307,6 +314,11 @@ def steer_message(
         "thread_id": thread_id or id,
         "kind": kind,
     }
+    if trace is not None and trace[0]:
+        message["traceparent"] = trace[0]
+        if trace[1]:
+            message["tracestate"] = trace[1]
+    return message
 
 
 class Steer(_ServerFrame):

@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from mailbox import outage
+from mailbox import outage, tracing
 from teams.errors import TeamError
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,9 @@ class Job:
 
     loop: asyncio.AbstractEventLoop | None = None
     future: asyncio.Future | None = None
+    # The span under way when the job was queued, when the process traces: its batch's span
+    # links to it (mailbox/tracing.py).
+    trace_link = None
 
     def execute(self, batch: "Batch") -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -94,7 +97,8 @@ class Job:
 class Batch:
     """What the jobs of one transaction share: its clock, and what they leave for its
     end, written in one statement each before the commit (the Lead-log records they
-    append, the results of the idempotency keys they claimed)."""
+    append, the results of the idempotency keys they claimed; when the process traces,
+    the trace context of the messages they stored)."""
 
     def __init__(self, now):
         from django.db import connections
@@ -104,6 +108,7 @@ class Batch:
         self.now_db = self.db.ops.adapt_datetimefield_value(now)  # the clock as the database stores it
         self.log_rows: list[tuple] = []
         self.key_results: list[tuple[int, str]] = []
+        self.traces: list[tuple[str, str, str | None]] = []
 
     def log(self, *, team_id: int, kind: str, message_id: str | None, data: str) -> None:
         self.log_rows.append((team_id, kind, message_id, data))
@@ -111,6 +116,10 @@ class Batch:
     def key_result(self, key_id: int, result: str) -> None:
         """A claimed idempotency key's result (JSON text), stored with the batch."""
         self.key_results.append((key_id, result))
+
+    def traced(self, message_id: str, traceparent: str, tracestate: str | None) -> None:
+        """A stored message's trace context (its send's span), stored with the batch."""
+        self.traces.append((message_id, traceparent, tracestate))
 
 
 class _Call:
@@ -151,6 +160,8 @@ class Writer(concurrent.futures.Executor):
         """From an event loop: queue a job; await the answer."""
         job.loop = asyncio.get_running_loop()
         job.future = job.loop.create_future()
+        if tracing.enabled:
+            job.trace_link = tracing.current_link()
         self._put(job)
         return job.future
 
@@ -222,6 +233,18 @@ class Writer(concurrent.futures.Executor):
             call.future.set_result(result)
 
     def _commit(self, jobs: list[Job]) -> None:
+        if tracing.enabled:
+            from django.db import connections
+
+            with tracing.batch_span(jobs, database=connections["default"].vendor) as span:
+                self._commit_run(jobs)
+                tracing.batch_failed(span, [job.error for job in jobs if job.error is not None
+                                            and not isinstance(job.error, TeamError)])
+        else:
+            self._commit_run(jobs)
+        self._finish(jobs)
+
+    def _commit_run(self, jobs: list[Job]) -> None:
         self.batches += 1
         self.jobs += len(jobs)
         started = time.perf_counter()
@@ -240,7 +263,6 @@ class Writer(concurrent.futures.Executor):
             outage.database.ok()
             if self._observe is not None:
                 self._observe(len(jobs), time.perf_counter() - started)
-        self._finish(jobs)
 
     def _batch_run(self, jobs: list[Job]) -> None:
         from django.utils import timezone

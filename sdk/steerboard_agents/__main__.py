@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 
+from steerboard_agents import tracing
 from steerboard_agents.host import Host, HostRefused
 from steerboard_agents.registry import NAMES, VendorOptions, model_check, models_choose
 from steerboard_agents.session import AgentSession, SessionRefused
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         # -v is about the session, not the transport: httpx's one line per request waits for -vv.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("httpx2").setLevel(logging.WARNING)  # the vendors' SDKs' HTTP client
+    tracing.configure()  # the sessions' spans, when the OTEL_* variables ask for them
     return asyncio.run(_main(args, factory))
 
 

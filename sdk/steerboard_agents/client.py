@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from steerboard_agents import tracing
 from steerboard_protocol.crash import CrashPoints
 from steerboard_protocol.tools import KEYED_TOOLS, TEAM_TOOLS
 
@@ -152,7 +153,8 @@ class SocketTools:
             raise FrameNotSent(f"tool frames are {self.state} on this connection")
         if len(self._waiting) >= self.MAX_IN_FLIGHT:
             raise FrameNotSent(f"{len(self._waiting)} tool calls are in flight on this connection")
-        text = json.dumps({"type": "tool", "id": (frame_id := uuid.uuid4().hex), "name": name, "arguments": arguments})
+        frame = {"type": "tool", "id": (frame_id := uuid.uuid4().hex), "name": name, "arguments": arguments}
+        text = json.dumps({**frame, **tracing.trace_fields()})  # the call's trace, when the session traces
         if len(text) > self.MAX_FRAME:  # ASCII (json.dumps escapes the rest): characters are bytes
             raise FrameNotSent(f"a {len(text)}-byte frame is larger than a server's websocket takes")
         waiter = asyncio.get_running_loop().create_future()
@@ -189,13 +191,17 @@ class ServerClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, url: str, *, json: Any = None, params=None, timeout: float = 30.0):
+    async def _request(
+        self, method: str, url: str, *, json: Any = None, params=None, timeout: float = 30.0, headers=None
+    ):
         """Send until the server answers. Returns (response, ambiguous): ambiguous is True when an
         earlier attempt may have reached the server and its answer was lost."""
         backoff, ambiguous = 0.1, False
         while True:
             try:
-                response = await self._http.request(method, url, json=json, params=params, timeout=timeout)
+                response = await self._http.request(
+                    method, url, json=json, params=params, timeout=timeout, headers=headers
+                )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 log.info("%s %s: %s; retrying", method, url, exc)
             except httpx.HTTPError as exc:  # sent, answer lost
@@ -217,7 +223,18 @@ class ServerClient:
         repetition of a call whose answer was lost) over REST.
 
         ``repeat``: this call may already have been made (a resumed session runs again a call its
-        history shows without a result), so a refusal is checked against the state like a lost answer."""
+        history shows without a result), so a refusal is checked against the state like a lost answer.
+
+        The call is a span of its own when the session traces (sdk/steerboard_agents/tracing.py),
+        and its frame or request carries that span's context to the server."""
+        with tracing.tool_span(name, call_id) as span:
+            try:
+                return await self._tool(name, arguments, call_id=call_id, repeat=repeat)
+            except ToolError as exc:
+                tracing.tool_refused(span, exc.code)
+                raise
+
+    async def _tool(self, name: str, arguments: dict, *, call_id: str | None, repeat: bool) -> dict:
         body = dict(arguments)
         if name in KEYED_TOOLS and call_id and "idempotency_key" not in body:
             body["idempotency_key"] = call_id[:128]
@@ -246,7 +263,9 @@ class ServerClient:
                 log.warning("tool %s over the websocket: the server failed; repeating it over REST", name)
                 ambiguous = True
                 await asyncio.sleep(0.1)
-        response, lost = await self._request("POST", f"/api/v1/tools/{name}", json=body, timeout=timeout)
+        response, lost = await self._request(
+            "POST", f"/api/v1/tools/{name}", json=body, timeout=timeout, headers=tracing.trace_fields() or None
+        )
         if response.status_code == 200:
             crash_point(name)
             return response.json()

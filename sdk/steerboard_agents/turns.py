@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from steerboard_agents import tracing
 from steerboard_agents.client import ServerClient, ToolError
 from steerboard_protocol.tools import TEAM_TOOLS
 from steerboard_agents.inbox import Inbox
@@ -125,6 +126,7 @@ class Turns:
         self._mark_resumed = False
         self._interrupt = asyncio.Event()
         self._work = asyncio.Event()
+        self._trace = tracing.TurnTrace()  # the running turn's span (sdk/steerboard_agents/tracing.py)
 
     # --- what the session tells the runner -----------------------------------------------------
     def restored(self, point: ResumePoint) -> None:
@@ -201,6 +203,16 @@ class Turns:
 
     async def _run_turn(self, *, cause: str, prompt: dict | None = None) -> None:
         turn_id = uuid.uuid4().hex
+        # A turn for steered messages continues the trace of the first one that carries one.
+        starting = self._inbox.drainable() if prompt is None else []
+        with tracing.turn_span(member=self._session.member or "", team=self._session.team, turn_id=turn_id,
+                               cause=cause, messages=starting) as self._trace:
+            try:
+                await self._turn(turn_id, cause=cause, prompt=prompt)
+            finally:
+                self._trace = tracing.TurnTrace()
+
+    async def _turn(self, turn_id: str, *, cause: str, prompt: dict | None) -> None:
         self._in_turn, self._turn_id = True, turn_id
         self._interrupt.clear()
         await self._session.status_set("running")
@@ -226,6 +238,14 @@ class Turns:
     async def _resume_turn(self, open_turn: OpenTurn) -> None:
         """Continue a turn the history left unfinished: finish its pending tool calls, then go on."""
         self._open_turn = None
+        with tracing.turn_span(member=self._session.member or "", team=self._session.team,
+                               turn_id=open_turn.turn_id, cause="resume") as self._trace:
+            try:
+                await self._turn_resumed(open_turn)
+            finally:
+                self._trace = tracing.TurnTrace()
+
+    async def _turn_resumed(self, open_turn: OpenTurn) -> None:
         turn_id = open_turn.turn_id
         self._in_turn, self._turn_id = True, turn_id
         self._mark_resumed = True
@@ -389,12 +409,14 @@ class Turns:
                 "source": source,
             }
             self._inbox.entered(message, entry)
+            self._trace.entered(message)
             await self._report(entry)
 
     async def _end_turn(self, turn_id: str, step: int, reason: str, error: str | None = None) -> None:
         entry = {"kind": "turn_end", "turn_id": turn_id, "step": step, "reason": reason}
         if error:
             entry["error"] = error
+        self._trace.ended(reason, error)
         await self._report(entry)
         await self._session.settle()
         log.info("%s: turn %s ended (%s)", self._session.member, turn_id, reason)

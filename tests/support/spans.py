@@ -1,0 +1,40 @@
+"""OpenTelemetry spans recorded in memory (the SDK's InMemorySpanExporter) for the tests of
+mailbox/tracing.py, and reading them."""
+import contextlib
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from mailbox import tracing
+
+
+@contextlib.contextmanager
+def in_memory_spans():
+    """The server traces into an in-memory exporter while inside; not at all after."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.use(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.stop()
+        provider.shutdown()
+
+
+def by_name(exporter, name: str):
+    """The one finished span of that name."""
+    found = [span for span in exporter.get_finished_spans() if span.name == name]
+    assert len(found) == 1, (name, [span.name for span in exporter.get_finished_spans()])
+    return found[0]
+
+
+def hex_ids(span) -> tuple[str, str]:
+    """A span's trace id and span id as W3C writes them."""
+    return f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}"
+
+
+def traceparent_of(span) -> str:
+    trace_id, span_id = hex_ids(span)
+    return f"00-{trace_id}-{span_id}-{span.context.trace_flags:02x}"
