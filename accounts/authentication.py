@@ -8,6 +8,7 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from accounts.tokens import operator_token_user
+from teams.errors import ErrorCode, TeamError
 
 
 class OperatorTokenAuthentication(TokenAuthentication):
@@ -44,14 +45,13 @@ def token_or_login_required(view):
             found = None
         user = found[0] if found else None
         if user is None:
-            response = JsonResponse(
-                {"error": {"code": "UNAUTHENTICATED",
-                           "message": "Send 'Authorization: Token <operator token>' (manage.py operator_token), "
-                                      "or sign in."}},
-                status=401,
+            refusal = TeamError(
+                ErrorCode.UNAUTHENTICATED,
+                "Send 'Authorization: Token <operator token>' (manage.py operator_token), or sign in.",
             )
-            response["WWW-Authenticate"] = 'Token realm="steerboard"'
-            return response
+            return JsonResponse(
+                refusal.as_wire(), status=refusal.http_status, headers={"WWW-Authenticate": 'Token realm="steerboard"'}
+            )
         request.user = user
         return view(request, *args, **kwargs)
 

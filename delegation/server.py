@@ -8,13 +8,13 @@
   ``/a2a/<team>/<member>/rest/...``: the HTTP+JSON binding of the same methods.
 
 Every request but a card's carries ``Authorization: Bearer <operator token or A2A
-credential>``. ``A2AApp`` is the gate in front of the SDK, as config/asgi.py's is
-for the other surfaces: the Host; the token's request rate (mailbox/quota.py, the
-bucket the token has everywhere); the member of the path and the caller
-(delegation/credentials.py); and the hostile-input parser (mailbox/wire.py) on
-the path, the query and the body, before the SDK parses anything. A request's
-W3C ``traceparent`` is the parent of what it does when the server traces
-(mailbox/tracing.py: an A2A send's span). Refusals
+credential>``. The edge (mailbox/edge.py) checked the Host, the body's declared
+size and the token's request rate (mailbox/quota.py, the bucket the token has
+everywhere). ``A2AApp`` is the rest of the gate in front of the SDK: the member
+of the path and the caller (delegation/credentials.py); and the hostile-input
+parser (mailbox/wire.py) on the path, the query and the body, before the SDK
+parses anything. A request's W3C ``traceparent`` is the parent of what it does
+when the server traces (mailbox/tracing.py: an A2A send's span). Refusals
 before the A2A layer (401, 403, 404, 429, 503) are Steerboard's JSON error; a
 value the parser refuses is the binding's own invalid-params error naming the
 field (JSON-RPC ``-32602``, the HTTP+JSON binding's 400), as the handler
@@ -23,9 +23,9 @@ or a member's prompt queue full, is answered 503 or 429 the same way, in place
 of the SDK's answer (``HttpAnswer``).
 """
 import logging
-from mailbox import outage, quota, tracing, wire
-from mailbox.api.tool_calls import body_read, host_allowed, respond_json
+from mailbox import edge, outage, tracing, wire
 from mailbox.auth import bearer_from_headers
+from mailbox.edge import body_read, respond_json
 from urllib.parse import unquote
 
 from a2a.auth.user import User
@@ -52,14 +52,13 @@ from delegation.credentials import Caller, caller_for_team
 from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberRequestHandler
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
-from teams.tokens import token_hash
 
 PREFIX = "/a2a"
 CARD_PATH = ".well-known/agent-card.json"
 MEMBER_KEY = "steerboard.a2a_member"
 CALLER_KEY = "steerboard.a2a_caller"
 ANSWER_KEY = "steerboard.a2a_answer"
-RATE_KEY = "steerboard.a2a_rate_key"
+RATE_KEY = edge.RATE_KEY  # the token's request bucket, which the edge charged one
 
 
 class CallerUser(User):
@@ -85,7 +84,7 @@ class ContextBuilder(DefaultServerCallContextBuilder):
         context.state["steerboard_member"] = request.scope[MEMBER_KEY]
         context.state["steerboard_caller"] = request.scope[CALLER_KEY]
         context.state[ANSWER_STATE] = request.scope[ANSWER_KEY]
-        context.state[RATE_STATE] = request.scope[RATE_KEY]
+        context.state[RATE_STATE] = request.scope.get(RATE_KEY)
         return context
 
     def build_user(self, request: Request):
@@ -191,10 +190,10 @@ def build_app() -> Starlette:
 async def _no_route(request: Request, exc) -> JSONResponse:
     """A path or method no binding serves: the JSON error shape, as everywhere else."""
     if exc.status_code == 405:
-        body = {"code": "METHOD_NOT_ALLOWED", "message": f"{request.method} is not served at this path."}
+        refusal = TeamError(ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not served at this path.")
     else:
-        body = {"code": "NOT_FOUND", "message": "No such path: see docs/a2a.md for the endpoints."}
-    return JSONResponse({"error": body}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        refusal = TeamError(ErrorCode.NOT_FOUND, "No such path: see docs/a2a.md for the endpoints.")
+    return JSONResponse(refusal.as_wire(), status_code=refusal.http_status, headers=getattr(exc, "headers", None))
 
 
 def _authenticated(*, headers, team_name: str, member_name: str) -> tuple[Member, Caller]:
@@ -250,7 +249,8 @@ async def _refuse(send, binding: str, error: InvalidParamsError | JSONParseError
         payload = build_rest_error_payload(error)
         await respond_json(send, payload["error"]["code"], payload)
     else:
-        await respond_json(send, 400, {"error": {"code": "VALIDATION_ERROR", "message": error.message}})
+        refusal = TeamError(ErrorCode.VALIDATION_ERROR, error.message)
+        await respond_json(send, refusal.http_status, refusal.as_wire())
 
 
 def _replay(body: bytes, receive):
@@ -295,12 +295,9 @@ class A2AApp:
     async def __call__(self, scope, receive, send):
         if self._app is None:
             self._app = build_app()
-        if not host_allowed(scope):
-            await respond_json(send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "Invalid Host header."}})
-            return
         parts = scope.get("path", "").split("/")  # ['', 'a2a', team, member, ...]
         if len(parts) < 4 or not parts[2] or not parts[3]:
-            await respond_json(send, 404, {"error": {"code": "NOT_FOUND", "message": "Use /a2a/<team>/<member>/."}})
+            await edge.refuse(scope, receive, send, TeamError(ErrorCode.NOT_FOUND, "Use /a2a/<team>/<member>/."))
             return
         team_name, member_name = parts[2], parts[3]
         team_card = member_name == ".well-known"
@@ -310,15 +307,6 @@ class A2AApp:
         if refused:
             await _refuse(send, "rest" if binding == "rest" else "gate", _refused_params(refused))
             return
-        token = bearer_from_headers(scope.get("headers", ()))
-        scope[RATE_KEY] = token_hash(token) if token else None
-        if token:  # each token's request rate, as on the agents' API and /mcp
-            try:
-                quota.request_charge(scope[RATE_KEY])
-            except TeamError as exc:
-                retry = (b"retry-after", quota.retry_after_header(exc.extra["retry_after"]).encode())
-                await respond_json(send, exc.http_status, exc.as_wire(), [retry])
-                return
         try:
             if team_card:
                 scope[MEMBER_KEY] = await a2a_db.run(selectors.lead_of_team, team_name=team_name)
@@ -331,13 +319,13 @@ class A2AApp:
                 )
         except TeamError as exc:
             extra = [(b"www-authenticate", b'Bearer realm="steerboard"')] if exc.http_status == 401 else []
-            await respond_json(send, exc.http_status, exc.as_wire(), extra)
+            await edge.refuse(scope, receive, send, exc, extra)
             return
         except Exception as exc:
             what = outage.noted(exc, "an A2A request")
             if what is None:
                 raise
-            await respond_json(send, 503, outage.unavailable_body(what, persisted=None), _retry_after())
+            await respond_json(send, 503, outage.unavailable_body(what, persisted=None), edge.unavailable_headers())
             return
         if scope.get("method") == "POST":
             receive = await _body_checked(receive, send, binding)
@@ -359,8 +347,8 @@ async def _body_checked(receive, send, binding: str):
     except ConnectionResetError:
         return None
     if body is None:
-        too_large = {"error": {"code": "TEAM_MESSAGE_TOO_LARGE", "message": "The request body is too large."}}
-        await respond_json(send, 413, too_large)
+        refusal = edge.too_large()
+        await respond_json(send, refusal.http_status, refusal.as_wire())
         return None
     found = _body_refusal(body) if body else None
     if found is None:
@@ -377,9 +365,6 @@ async def _body_checked(receive, send, binding: str):
     await _refuse(send, binding, error, rpc_id)
     return None
 
-
-def _retry_after() -> list[tuple[bytes, bytes]]:
-    return [(k.lower().encode(), v.encode()) for k, v in outage.unavailable_headers().items()]
 
 
 a2a_app = A2AApp()

@@ -17,10 +17,11 @@ from frontend import selectors
 from frontend.views import _team_or_404, _viewer, content_security_policy
 from mailbox import lead_log
 from mailbox import selectors as mailbox_selectors
+from mailbox.api.errors import error_json
 from mailbox.message_query import MessageListIn
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
-from teams.errors import TeamError
+from teams.errors import ErrorCode, TeamError
 
 FILTERS = ("state", "sender", "target", "thread", "q", "since", "until")
 
@@ -80,7 +81,7 @@ def team_messages_json(request, team):
     found = _team_or_404(team)
     given, messages, next_cursor, errors = _page_of(request, found)
     if errors:
-        return JsonResponse({"error": {"code": "VALIDATION_ERROR", "message": "Bad filter.", "fields": errors}}, status=400)
+        return error_json(TeamError(ErrorCode.VALIDATION_ERROR, "Bad filter.", fields=errors))
     return JsonResponse({"team": found.name, "messages": messages, "next_cursor": next_cursor, "me": _viewer(request)})
 
 

@@ -39,6 +39,7 @@ from frontend.signals import session_group, user_group
 from mailbox import events, outage
 from mailbox.consumers import LeanConsumer
 from mailbox.db import to_db_thread
+from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)
 TEAM_WATCH_INTERVAL = 2.0
@@ -147,7 +148,7 @@ def team_list_watch() -> _TeamListWatch:
 
 
 def _error(message: str) -> dict:
-    return {"type": "error", "error": {"code": "VALIDATION_ERROR", "message": message}}
+    return {"type": "error", **TeamError(ErrorCode.VALIDATION_ERROR, message).as_wire()}
 
 
 class DashboardConsumer(LeanConsumer):

@@ -17,9 +17,9 @@ from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
 from mailbox import (
-    auth, events, hosts, log_context, outage, presence, quota, sessions, sweeper, tools, tracing, wire,
+    auth, edge, events, hosts, log_context, outage, presence, quota, sessions, sweeper, tools, tracing, wire,
 )
-from mailbox.auth import bearer_from_headers, host_team_from_headers, member_of_request
+from mailbox.auth import bearer_from_headers, host_team_from_headers
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 from teams.tokens import token_hash
@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 # under daphne lets a server close only with 1000 or 3000-4999.
 CLOSE_RECONNECT = 4012
 # The frame needed the database (or Redis), which the server cannot reach just now:
-# after the SERVICE_UNAVAILABLE error frame, reconnect after a pause and say hello.
-CLOSE_UNAVAILABLE = 4503
+# after the SERVICE_UNAVAILABLE error frame, reconnect after a pause and say hello
+# (the edge closes a socket whose token it could not look up so too).
+CLOSE_UNAVAILABLE = edge.CLOSE_UNAVAILABLE
 # The socket's token was revoked (or its member retired) after the socket opened.
 CLOSE_UNAUTHENTICATED = 4401
 # The token already holds MAX_SOCKETS_PER_TOKEN websockets on this process.
@@ -41,7 +42,7 @@ CLOSE_TOO_MANY = 4429
 
 
 def _error(code: ErrorCode, message: str) -> dict:
-    return {"type": "error", "error": {"code": str(code), "message": message}}
+    return {"type": "error", **TeamError(code, message).as_wire()}
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -57,8 +58,9 @@ def _refusal(content, exc: TeamError) -> dict:
     (when its id can be answered), anything else an ``error`` frame."""
     call_id = content.get("id") if isinstance(content, dict) and content.get("type") == "tool" else None
     if isinstance(call_id, str) and 1 <= len(call_id) <= 128 and "\x00" not in call_id and call_id.isprintable():
-        if content.get("name") == "send_message":
-            exc.extra["persisted"] = False
+        name = content.get("name")
+        if isinstance(name, str):
+            tools.refused(name, exc)
         return {"type": "tool_result", "id": call_id, **exc.as_wire()}
     return {"type": "error", **exc.as_wire()}
 
@@ -177,9 +179,10 @@ class AgentConsumer(_JsonFrames):
     revoked = False
 
     async def connect(self):
-        sweeper.ensure_started()
         try:
-            self.member = await member_of_request(self.scope["headers"])
+            self.member = await edge.member_required(self.scope)  # the one the edge found
+        except TeamError:
+            self.member = None
         except Exception as exc:
             if outage.noted(exc, "a websocket connect") is None:
                 raise
@@ -277,13 +280,13 @@ class AgentConsumer(_JsonFrames):
     def _tool_call(self, frame: "wire.ToolFrame") -> None:
         refusal = self.session.tool_calls_full()
         if refusal is not None:
+            refusal = tools.refused(frame.name, refusal)
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
             return
         try:
             quota.request_charge(self.rate_key)
         except TeamError as exc:
-            if frame.name == "send_message":
-                exc.extra["persisted"] = False
+            tools.refused(frame.name, exc)
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
             return
         self.session.tool_call_start(self._tool_run(frame))
@@ -304,7 +307,7 @@ class AgentConsumer(_JsonFrames):
                 self.push({"type": "session.frame", "frame": answer})
                 return
             log.warning("tool %s of %s failed", frame.name, self.member, exc_info=True)
-            answer["error"] = {"code": str(ErrorCode.SERVER_ERROR), "message": "The server failed; this is a bug."}
+            answer.update(TeamError(ErrorCode.SERVER_ERROR, "The server failed; this is a bug.").as_wire())
         self.push({"type": "session.frame", "frame": answer})
 
     # --- what goes out: pushes from this process and channel-layer events, in order -------
@@ -362,7 +365,6 @@ class HostConsumer(_JsonFrames):
     team = None
 
     async def connect(self):
-        sweeper.ensure_started()
         self.team = await to_db_thread(host_team_from_headers)(self.scope["headers"])
         if self.team is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)

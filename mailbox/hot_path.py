@@ -175,7 +175,7 @@ class SendJob(_writer.Job):
                 raise idempotency.key_in_use(self.key)
             fingerprint, result = found[1], found[2]
         if fingerprint != self.fingerprint:
-            raise idempotency.key_conflict(self.key, SEND_TOOL)
+            raise idempotency.key_conflict(self.key, SEND_TOOL, persisted=False)  # as the send's every refusal (delivery.py)
         self.replayed = _stored(result)
 
     def _key_found(self, cursor, batch):

@@ -85,9 +85,10 @@ def _claim(*, member: Member, tool: str, key: str, digest: str) -> tuple[Idempot
     raise key_in_use(key)
 
 
-def key_conflict(key: str, tool: str) -> TeamError:
-    """The key was used for a call with other arguments."""
-    extra = {"persisted": False} if tool == "send_message" else {}
+def key_conflict(key: str, tool: str, **extra) -> TeamError:
+    """The key was used for a call with other arguments (the tool's refusal extras are added
+    where the call is dispatched, mailbox/tools.py; ``extra``: a service's own, such as the
+    send's ``persisted: false``, mailbox/hot_path.py)."""
     return TeamError(
         ErrorCode.IDEMPOTENCY_KEY_CONFLICT,
         f"The idempotency key {key!r} was already used for a {tool} call with different arguments; "

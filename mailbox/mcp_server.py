@@ -8,8 +8,10 @@ tool error (``isError``) without structured content: a text block
 (plus ``persisted: false`` for a refused send) as JSON text.
 
 Authentication: ``Authorization: Bearer <member token>`` on every request, as
-on REST; the member is the sender of everything the call does. Without a valid
-token the endpoint answers 401 before MCP sees the request.
+on REST; the member is the sender of everything the call does. The edge
+(mailbox/edge.py) checked the Host, the body's size, the token and its rate, and
+left the token's member in the scope; without one the endpoint answers 401
+before MCP sees the request.
 
 Resources: ``steerboard://policy`` (the team policy, also the server's
 instructions) and the inbox cursor ``steerboard://inbox{?after_seq,limit}``.
@@ -34,15 +36,11 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
-from mailbox import auth, inbox, policy, sweeper, wire
-from mailbox.api.errors import bearer_challenge
-from mailbox.api.tool_calls import host_allowed, respond_json
-from mailbox.auth import member_from_headers
-from mailbox.db import to_db_thread
+from mailbox import edge, inbox, policy, tools, wire
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 
-MEMBER_KEY = "steerboard.member"
+MEMBER_KEY = edge.MEMBER_KEY
 INBOX_URI = "steerboard://inbox"
 POLICY_URI = "steerboard://policy"
 
@@ -50,8 +48,8 @@ POLICY_URI = "steerboard://policy"
 def _member(ctx):
     request = ctx.request
     member = request.scope.get(MEMBER_KEY) if request is not None else None
-    if member is None:  # the ASGI wrapper lets no request through without one
-        raise TeamError(ErrorCode.UNAUTHENTICATED, auth.MEMBER_TOKEN_MISSING)
+    if member is None:  # McpApp lets no request through without one
+        raise edge.unauthenticated()
     return member
 
 
@@ -82,9 +80,7 @@ async def _call_tool(ctx, params: types.CallToolRequestParams) -> types.CallTool
         try:
             wire.value_check(arguments, "arguments")  # REST's refusals: nesting, NUL, lone surrogates, big ints
         except TeamError as exc:
-            if params.name == "send_message":
-                exc.extra["persisted"] = False
-            raise
+            raise tools.refused(params.name, exc)
         headers = ctx.request.scope.get("headers") if ctx.request is not None else None
         result = await tool_call(
             member=member, name=params.name, arguments=arguments, transport="mcp", headers=headers
@@ -183,7 +179,7 @@ server = Server(
 
 
 class McpApp:
-    """ASGI app for /mcp: checks the host and the member token, then hands over to the MCP transport."""
+    """ASGI app for /mcp: POST only, with the member the edge found; then the MCP transport."""
 
     def __init__(self):
         self._loop = None
@@ -215,28 +211,15 @@ class McpApp:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            return await respond_json(send, 404, {"error": {"code": "NOT_FOUND", "message": "MCP is served over HTTP."}})
+            return await edge.refuse(scope, receive, send, TeamError(ErrorCode.NOT_FOUND, "MCP is served over HTTP."))
         if scope.get("method") != "POST":
             # Stateless: no standalone SSE stream (GET) and no session to end (DELETE).
-            return await respond_json(
-                send,
-                405,
-                {"error": {"code": "METHOD_NOT_ALLOWED", "message": "POST MCP messages to /mcp."}},
-                [(b"allow", b"POST")],
-            )
-        if not host_allowed(scope):
-            return await respond_json(
-                send, 400, {"error": {"code": "VALIDATION_ERROR", "message": "That Host is not allowed."}}
-            )
-        member = await to_db_thread(member_from_headers)(scope.get("headers", []))
-        if member is None:
-            return await respond_json(
-                send,
-                401,
-                {"error": {"code": "UNAUTHENTICATED", "message": auth.MEMBER_TOKEN_MISSING}},
-                [bearer_challenge(scope.get("headers", []))],
-            )
-        sweeper.ensure_started()
+            refusal = TeamError(ErrorCode.METHOD_NOT_ALLOWED, "POST MCP messages to /mcp.")
+            return await edge.refuse(scope, receive, send, refusal, [(b"allow", b"POST")])
+        try:
+            member = await edge.member_required(scope)  # the one the edge found
+        except TeamError as exc:
+            return await edge.refuse(scope, receive, send, exc, [edge.bearer_challenge(scope.get("headers", []))])
         manager = await self._started_manager()
         # Sync database work of this request runs in a thread of its own, as in Django's handler.
         async with ThreadSensitiveContext():

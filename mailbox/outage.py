@@ -24,12 +24,12 @@ from collections.abc import Callable
 from django import db as django_db
 
 from mailbox.faults import TemporaryDeliveryError
+from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger("steerboard.outage")
 
 COUNT_EVERY = 10.0  # seconds between "still unreachable" lines
 RETRY_AFTER = 1  # seconds, the Retry-After of a 503
-SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
 
 class Dependency:
@@ -169,15 +169,9 @@ def noted(exc: BaseException | None, where: str) -> str | None:
 
 
 def unavailable_body(what: str = "database", *, persisted: bool | None = False) -> dict:
-    body: dict = {
-        "error": {
-            "code": SERVICE_UNAVAILABLE,
-            "message": f"The server cannot reach its {what} just now; try again in {RETRY_AFTER} s.",
-        }
-    }
-    if persisted is not None:
-        body["persisted"] = persisted
-    return body
+    extra = {} if persisted is None else {"persisted": persisted}
+    message = f"The server cannot reach its {what} just now; try again in {RETRY_AFTER} s."
+    return TeamError(ErrorCode.SERVICE_UNAVAILABLE, message, **extra).as_wire()
 
 
 def unavailable_headers() -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The periodic recovery sweeper and the process heartbeat.
 
-Each server process runs one sweeper in the background, started by the first
-websocket or tool call it serves (daphne has no startup hook); the same task
+Each server process runs one sweeper in the background, started by the edge
+(mailbox/edge.py) for the first request or websocket it lets through, health
+probes aside (daphne has no startup hook); the same task
 beats the process's heartbeat (mailbox/presence.py), also when the sweep
 itself is left to ``manage.py sweep``, holds the process's presence rows
 against its open websockets (``recovery.presence_reconcile``), and keeps the

@@ -7,8 +7,9 @@ one service, which writes its Lead-log record and rings the dashboard's doorbell
 """
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from django.conf import settings
 from django.db import transaction
@@ -34,6 +35,9 @@ class Tool:
     result: type[BaseModel]
     run: Callable[[Member, BaseModel], Awaitable[dict]]
     lead_only: bool = False
+    # Fields every refusal of a call to this tool carries beside ``error``, whichever
+    # transport or step refused it (``refused``): send_message's ``persisted: false``.
+    refusal_extra: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
 
     def schema(self) -> dict:
         return {
@@ -187,6 +191,7 @@ TOOLS: dict[str, Tool] = {
             S.SendMessageArgs,
             S.SendMessageResult,
             _send_message,
+            refusal_extra=MappingProxyType({"persisted": False}),  # a refused send stored nothing: send it again
         ),
         Tool(
             "list_agents",
@@ -274,7 +279,7 @@ async def tool_call(
             result = await _tool_call(member=member, name=name, arguments=arguments)
     except TeamError as exc:
         metrics.tool_called(tool=label, outcome="refused", code=str(exc.code))
-        raise
+        raise refused(name, exc)
     except Exception:
         metrics.tool_called(tool=label, outcome="error")
         raise
@@ -296,24 +301,34 @@ async def _tool_call(*, member: Member, name: str, arguments: dict) -> dict:
     return tool.result.model_validate(result).model_dump(mode="json")
 
 
+def refused(name: str, exc: TeamError) -> TeamError:
+    """A refusal of a call to the tool ``name``, with the extras that tool declares for its
+    refusals (``Tool.refusal_extra``; a field the refusal already set is kept). The one place
+    they are applied: the dispatch below, and every transport and edge step that refuses a
+    call before it gets there (mailbox/edge.py, the REST body, MCP's and the websocket's
+    argument checks, the websocket's rate and in-flight caps)."""
+    tool = TOOLS.get(name)
+    if tool is not None:
+        for key, value in tool.refusal_extra.items():
+            exc.extra.setdefault(key, value)
+    return exc
+
+
 def validate_arguments(tool: Tool, arguments) -> BaseModel:
     from pydantic import ValidationError
 
-    extra = {"persisted": False} if tool.name == "send_message" else {}
     if not isinstance(arguments, dict):
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "The arguments are a JSON object.", **extra)
+        raise TeamError(ErrorCode.VALIDATION_ERROR, "The arguments are a JSON object.")
     if "sender" in arguments:
         raise TeamError(
-            ErrorCode.VALIDATION_ERROR,
-            "The sender is always the member your token names; remove the 'sender' field.",
-            **extra,
+            ErrorCode.VALIDATION_ERROR, "The sender is always the member your token names; remove the 'sender' field."
         )
     if tool.name == "send_message":
         _steer_only(arguments)
     try:
         return tool.args.model_validate(arguments)
     except ValidationError as exc:
-        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc), **extra)
+        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
 
 
 def _steer_only(arguments: dict) -> None:
@@ -327,7 +342,6 @@ def _steer_only(arguments: dict) -> None:
             "Team messages always steer: a running target gets the message at its next step boundary, an idle "
             "one starts a turn, an inactive one is resumed. There is no quiet, scheduled or deferred delivery "
             "and no notification policy to choose.",
-            persisted=False,
         )
 
 

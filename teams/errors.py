@@ -48,6 +48,8 @@ class ErrorCode(StrEnum):
     TEAM_BUDGET_EXHAUSTED = "TEAM_BUDGET_EXHAUSTED"
     # Never raised as a refusal: what a transport answers when the server itself failed.
     SERVER_ERROR = "SERVER_ERROR"
+    # Never raised as a refusal: the database (or Redis) is out of reach just now (mailbox/outage.py).
+    SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
 
 HTTP_STATUS: dict[ErrorCode, int] = {
@@ -82,6 +84,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.RATE_LIMITED: 429,
     ErrorCode.TOO_MANY_CONNECTIONS: 429,
     ErrorCode.SERVER_ERROR: 500,
+    ErrorCode.SERVICE_UNAVAILABLE: 503,
 }
 
 

@@ -229,7 +229,7 @@ def test_the_protocol_package_imports_nothing_of_either_side():
 # query no model themselves (no ORM manager in their source).
 TRANSPORTS = (
     "config.asgi", "delegation.handler", "delegation.server", "frontend.console_views", "frontend.consumers",
-    "frontend.views", "mailbox.api", "mailbox.consumers", "mailbox.mcp_server",
+    "frontend.views", "mailbox.api", "mailbox.consumers", "mailbox.edge", "mailbox.mcp_server",
 )
 # What wires the transports to their paths (and the app that registers the OpenAPI extension),
 # and the command that drives the whole product.

@@ -1,4 +1,5 @@
-"""Every refusal on the wire is ``{"error": {"code", "message"}}`` with a 4xx status."""
+"""Every refusal on the wire is ``{"error": {"code", "message"}}`` with a 4xx status: a
+``TeamError`` (teams/errors.py) as Django's and DRF's responses."""
 import logging
 import sys
 
@@ -7,7 +8,7 @@ from django.http import JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
-from mailbox import outage
+from mailbox import edge, outage
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)
@@ -24,30 +25,13 @@ _DRF_CODES = [
 ]
 
 
-def too_large_body() -> dict:
-    """A body over DATA_UPLOAD_MAX_MEMORY_SIZE, on every endpoint that reads one."""
-    from django.conf import settings
-
-    return {"error": {"code": str(ErrorCode.TEAM_MESSAGE_TOO_LARGE),
-                      "message": f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."}}
+def error_json(exc: TeamError, **headers) -> JsonResponse:
+    """A refusal as Django's JSON response: its status, its body, and ``headers``."""
+    return JsonResponse(exc.as_wire(), status=exc.http_status, headers=headers or None)
 
 
-def bearer_challenge(headers) -> tuple[bytes, bytes]:
-    """The ``WWW-Authenticate`` header of a 401 for a member's bearer token (RFC 6750, section 3):
-    ``error="invalid_token"`` when a token was sent, no error code when none was. The tokens are
-    static (manage.py member_token), not OAuth: the challenge names no ``resource_metadata`` and no
-    OAuth metadata is published (/.well-known/oauth-* answer 404), so an MCP client that follows
-    the authorization spec finds no authorization server and reports the 401 (docs/mcp.md)."""
-    from mailbox.auth import bearer_from_headers
-
-    value = 'Bearer realm="steerboard"'
-    if bearer_from_headers(headers):
-        value += ', error="invalid_token", error_description="The bearer token is not a valid member token."'
-    return (b"www-authenticate", value.encode())
-
-
-def error_json(exc: TeamError) -> JsonResponse:
-    return JsonResponse(exc.as_wire(), status=exc.http_status)
+def _drf(exc: TeamError, *, status: int | None = None, headers=None) -> Response:
+    return Response(exc.as_wire(), status=status or exc.http_status, headers=headers)
 
 
 def exception_handler(exc, context):
@@ -55,11 +39,11 @@ def exception_handler(exc, context):
     from django.http import Http404
 
     if isinstance(exc, TeamError):
-        return Response(exc.as_wire(), status=exc.http_status)
+        return _drf(exc)
     if isinstance(exc, RequestDataTooBig):  # Django's would be its HTML 400 page
-        return Response(too_large_body(), status=413)
+        return _drf(edge.too_large())
     if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
-        return Response({"error": {"code": "VALIDATION_ERROR", "message": str(exc)}}, status=400)
+        return _drf(TeamError(ErrorCode.VALIDATION_ERROR, str(exc)))
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     for klass, code in _DRF_CODES:
@@ -73,9 +57,9 @@ def exception_handler(exc, context):
             if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
                 headers["WWW-Authenticate"] = 'Bearer realm="steerboard"'
             status = 401 if code == ErrorCode.UNAUTHENTICATED else exc.status_code
-            return Response({"error": {"code": str(code), "message": message}}, status=status, headers=headers)
-    if isinstance(exc, drf.APIException):
-        return Response({"error": {"code": "ERROR", "message": str(exc.detail)}}, status=exc.status_code)
+            return _drf(TeamError(code, message), status=status, headers=headers)
+    if isinstance(exc, drf.APIException):  # none the API raises today (no throttling, no content negotiation)
+        return _drf(TeamError(ErrorCode.VALIDATION_ERROR, str(exc.detail)), status=exc.status_code)
     what = outage.noted(exc, "a request")
     if what is not None:  # the database (or Redis) is out of reach: a 503, not a bug
         return Response(outage.unavailable_body(what), status=503, headers=outage.unavailable_headers())
@@ -91,11 +75,11 @@ def _flatten(detail) -> str:
 
 
 def not_found(request, exception=None):
-    return JsonResponse({"error": {"code": "NOT_FOUND", "message": "No such endpoint."}}, status=404)
+    return error_json(TeamError(ErrorCode.NOT_FOUND, "No such endpoint."))
 
 
 def server_error(request):
     what = outage.noted(sys.exc_info()[1], "a request")
     if what is not None:  # Django calls this inside its except block: the database (or Redis) is out of reach
         return JsonResponse(outage.unavailable_body(what), status=503, headers=outage.unavailable_headers())
-    return JsonResponse({"error": {"code": "SERVER_ERROR", "message": "The server failed; this is a bug."}}, status=500)
+    return error_json(TeamError(ErrorCode.SERVER_ERROR, "The server failed; this is a bug."))

@@ -8,15 +8,16 @@ from django.utils.dateparse import parse_datetime
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_user
 from mailbox import archive
+from mailbox.api.errors import error_json
 from mailbox.db import to_db_thread
 from teams import selectors as team_selectors
-from teams.errors import ErrorCode
+from teams.errors import ErrorCode, TeamError
 
 LINES_PER_CHUNK = archive.PAGE
 
 
-def _refusal(status: int, code: ErrorCode, message: str, **headers) -> JsonResponse:
-    return JsonResponse({"error": {"code": str(code), "message": message}}, status=status, headers=headers)
+def _refusal(code: ErrorCode, message: str, **headers) -> JsonResponse:
+    return error_json(TeamError(code, message), **headers)
 
 
 def _token_user(header: str):
@@ -41,21 +42,21 @@ def _chunk(lines) -> str | None:
 
 async def team_export(request, team):
     if request.method != "GET":
-        return _refusal(405, ErrorCode.METHOD_NOT_ALLOWED, "GET only.")
+        return _refusal(ErrorCode.METHOD_NOT_ALLOWED, "GET only.")
     header = request.META.get("HTTP_AUTHORIZATION", "")
     user = await to_db_thread(_token_user)(header) if header else await request.auser()
     if user is None or not user.is_authenticated:
-        return _refusal(401, ErrorCode.UNAUTHENTICATED, "An operator's token (Authorization: Token <token>) or "
+        return _refusal(ErrorCode.UNAUTHENTICATED, "An operator's token (Authorization: Token <token>) or "
                         "a signed-in operator's session.", **{"WWW-Authenticate": 'Token realm="steerboard"'})
     if not await to_db_thread(is_operator)(user):
-        return _refusal(403, ErrorCode.FORBIDDEN, "Only operators may export a team.")
+        return _refusal(ErrorCode.FORBIDDEN, "Only operators may export a team.")
     found = await to_db_thread(team_selectors.team_by_name)(name=team)
     if found is None:
-        return _refusal(404, ErrorCode.NOT_FOUND, f"No team {team!r}.")
+        return _refusal(ErrorCode.NOT_FOUND, f"No team {team!r}.")
     since = request.GET.get("since")
     since_at = parse_datetime(since) if since else None
     if since and (since_at is None or since_at.tzinfo is None):
-        return _refusal(400, ErrorCode.VALIDATION_ERROR, f"since={since!r} is not an ISO 8601 time with a zone.")
+        return _refusal(ErrorCode.VALIDATION_ERROR, f"since={since!r} is not an ISO 8601 time with a zone.")
     lines = archive.export_lines(team=found, since=since_at)
 
     async def stream():

@@ -11,8 +11,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from mailbox import inbox as inbox_service
-from mailbox import policy, quota, sweeper, wire
-from mailbox.api.errors import error_json, too_large_body
+from mailbox import edge, policy, quota, wire
+from mailbox.api.errors import error_json
 from mailbox.api.tools import _member, _method, tool_invoke
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
@@ -30,7 +30,6 @@ def _whole(request, name: str, default: int) -> int:
 @csrf_exempt  # bearer tokens, never cookies: a wrong method gets its error code, not a CSRF page
 async def inbox(request):
     """GET /api/v1/inbox?after_seq=&limit= : the caller's messages after a cursor, oldest first."""
-    sweeper.ensure_started()
     try:
         _method(request, "GET")
         member = await _member(request)
@@ -47,14 +46,13 @@ async def inbox(request):
 @csrf_exempt
 async def session_entries(request):
     """POST /api/v1/session/entries {"entries": [entry, ...]} (or {"entry": entry}) -> {"acks": [...]}."""
-    sweeper.ensure_started()
     try:
         _method(request, "POST")
         member = await _member(request)
         try:
             body = wire.json_loads(request.body or b"{}")
         except RequestDataTooBig:
-            return JsonResponse(too_large_body(), status=413)
+            raise edge.too_large()
         except ValueError:  # UnicodeDecodeError is one; a refused value is a TeamError naming its field
             raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.")
         if not isinstance(body, dict) or set(body) not in ({"entries"}, {"entry"}):

@@ -1,13 +1,14 @@
 """``GET /metrics``: the process's Prometheus metrics (mailbox/metrics.py), for an operator's
 token (``Authorization: Token <operator token>``, or ``Bearer``) or a scraper whose address
 STEERBOARD_METRICS_ALLOW lists. Thin: who asks, then the exposition, read on a database thread."""
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse
 
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_user
 from mailbox import metrics
+from mailbox.api.errors import error_json
 from mailbox.db import to_db_thread
-from teams.errors import ErrorCode
+from teams.errors import ErrorCode, TeamError
 
 
 def _operator_of(header: str) -> bool:
@@ -23,22 +24,16 @@ def _operator_of(header: str) -> bool:
 
 async def metrics_view(request):
     if not metrics.enabled():
-        return JsonResponse(
-            {"error": {"code": str(ErrorCode.NOT_FOUND), "message": "Metrics are off (STEERBOARD_METRICS=0)."}},
-            status=404,
-        )
+        return error_json(TeamError(ErrorCode.NOT_FOUND, "Metrics are off (STEERBOARD_METRICS=0)."))
     if request.method != "GET":
-        return JsonResponse(
-            {"error": {"code": str(ErrorCode.METHOD_NOT_ALLOWED), "message": "GET /metrics only."}}, status=405
-        )
+        return error_json(TeamError(ErrorCode.METHOD_NOT_ALLOWED, "GET /metrics only."))
     header = request.META.get("HTTP_AUTHORIZATION", "")
     allowed = metrics.scraper_allowed(request.META.get("REMOTE_ADDR", ""))
     if not allowed and not (header and await to_db_thread(_operator_of)(header)):
-        return JsonResponse(
-            {"error": {"code": str(ErrorCode.UNAUTHENTICATED), "message":
-                       "Scraping needs an operator's token (Authorization: Token <token>) or an address in "
-                       "STEERBOARD_METRICS_ALLOW."}},
-            status=401, headers={"WWW-Authenticate": 'Token realm="steerboard"'},
+        refusal = TeamError(
+            ErrorCode.UNAUTHENTICATED,
+            "Scraping needs an operator's token (Authorization: Token <token>) or an address in STEERBOARD_METRICS_ALLOW.",
         )
+        return error_json(refusal, **{"WWW-Authenticate": 'Token realm="steerboard"'})
     body = await to_db_thread(metrics.exposition_text)()
     return HttpResponse(body, content_type=metrics.CONTENT_TYPE)

@@ -7,9 +7,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from mailbox import auth, history, sweeper, wire
+from mailbox import edge, history, tools, wire
 from mailbox.api.errors import error_json
-from mailbox.auth import member_of_request
 from mailbox.db import to_db_thread
 from mailbox.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
@@ -19,33 +18,33 @@ def _headers(request):
     return [(k.lower(), v) for k, v in request.headers.items()]
 
 
+def _scope(request) -> dict:
+    """The request's ASGI scope, where the edge left its member (mailbox/edge.py); for a
+    request that did not come over ASGI (a test's Django client), its headers in that shape."""
+    scope = getattr(request, "scope", None)
+    return scope if scope is not None else {"headers": _headers(request)}
+
+
 async def _member(request):
-    return await _member_of(_headers(request))
+    return await edge.member_required(_scope(request))
 
 
-async def _member_of(headers):
-    member = await member_of_request(headers)
-    if member is None:
-        raise TeamError(ErrorCode.UNAUTHENTICATED, auth.MEMBER_TOKEN_MISSING)
-    return member
-
-
-async def tool_request(*, name: str, headers, body: bytes | None, member=None) -> dict:
-    """One tool call over REST from its raw parts (``body`` None: over the upload
-    limit; ``member``: the token's member when config/asgi.py already looked it up);
-    raises TeamError for every refusal. Django's view below and the plain ASGI app
-    that serves POST (mailbox/api/tool_calls.py) both answer with it."""
-    extra = {"persisted": False} if name == "send_message" else {}
-    member = member or await _member_of(headers)
-    if body is None:
-        raise TeamError(ErrorCode.TEAM_MESSAGE_TOO_LARGE, "The request body is too large.", **extra)
+async def tool_request(*, name: str, scope, body: bytes | None) -> dict:
+    """One tool call over REST from its raw parts (``scope``: the request's, with the member
+    the edge found; ``body`` None: over the upload limit); raises TeamError for every refusal,
+    with the tool's refusal extras. Django's view below and the plain ASGI app that serves
+    POST (mailbox/api/tool_calls.py) both answer with it."""
     try:
-        arguments = wire.json_loads(body or b"{}")
-    except TeamError as exc:  # nesting, NUL, a lone surrogate, a number out of range: refused here
-        exc.extra.update(extra)
-        raise
-    except ValueError:  # UnicodeDecodeError is one
-        raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.", **extra)
+        member = await edge.member_required(scope)
+        if body is None:
+            raise edge.too_large(tool_call=True)
+        try:
+            arguments = wire.json_loads(body or b"{}")
+        except ValueError:  # UnicodeDecodeError is one; nesting, NUL and the like are TeamErrors naming the field
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "The body is not valid JSON.")
+    except TeamError as exc:
+        raise tools.refused(name, exc)
+    headers = scope.get("headers", ())
     return await tool_call(member=member, name=name, arguments=arguments, transport="rest", headers=headers)
 
 
@@ -64,14 +63,13 @@ async def tools_list(request):
 
 @csrf_exempt
 async def tool_invoke(request, name: str):
-    sweeper.ensure_started()
     try:
         _method(request, "POST")
         try:
             body = request.body
         except RequestDataTooBig:
             body = None
-        result = await tool_request(name=name, headers=_headers(request), body=body)
+        result = await tool_request(name=name, scope=_scope(request), body=body)
     except TeamError as exc:
         return error_json(exc)
     return JsonResponse(result)
