@@ -139,6 +139,7 @@ INSTALLED_APPS = [
     "frontend",
     "accounts",
     "delegation",
+    "demo",
     "axes",
 ]
 

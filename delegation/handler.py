@@ -8,14 +8,16 @@ task's state lives in the database (delegation/tasks.py): so this handler
 answers every method from the database, and a stream follows the task through
 its team's watch in this process (delegation/streams.py: one read per doorbell
 for every stream of the team, and a stream is woken only when its task
-changed). Any server process can answer any task.
+changed). Any server process can answer any task. How a task is followed, how long a
+blocking SendMessage and a CancelTask wait, and when a canceled turn is interrupted again
+are delegation/tasks.py's; this module translates between the A2A types and those calls.
 
 What is not the A2A layer's to answer is answered over HTTP in place of the SDK's
 response (``HttpAnswer``, sent by delegation/server.py's gate): a database out of
 reach (503 ``SERVICE_UNAVAILABLE`` with ``Retry-After``), a member's prompt queue
 full (429 ``PROMPT_QUEUE_FULL``).
 """
-import asyncio
+import functools
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -36,17 +38,13 @@ from a2a.utils.errors import (
 from google.protobuf import json_format, struct_pb2
 
 from delegation import db as a2a_db
-from delegation import streams, tasks
+from delegation import tasks
 from delegation.credentials import Caller
 from delegation.models import TaskState
 from delegation.tasks import TaskView
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
 
-# How long a blocking SendMessage waits for the task to end before answering with it as it is.
-SEND_WAIT_SECONDS = 60.0
-# How long CancelTask waits for an interrupted turn to end before answering with the task as it is.
-CANCEL_WAIT_SECONDS = 10.0
 # A caller asks for the turn's tool results with this message metadata key set to true.
 TOOL_RESULTS_KEY = "steerboard_tool_results"
 # ListTasks answers at most this many tasks (``pageSize``, default 50).
@@ -201,35 +199,22 @@ def _changes(before: TaskView | None, now: TaskView):
     yield pb.TaskStatusUpdateEvent(task_id=now.id, context_id=now.context_id, status=_status(now))
 
 
-def _read(*, task_id: str, caller: Caller, member: Member) -> TaskView:
-    return tasks.task_read(tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
+def _run(context: ServerCallContext) -> tasks.Run:
+    """How delegation/tasks.py runs this request's database calls: ``_db``, which answers their errors."""
+    return functools.partial(_db, context)
 
 
-def _interrupt_again(*, task_id: str, caller: Caller, member: Member) -> None:
-    tasks.task_interrupt_again(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
-
-
-async def follow(view: TaskView, context: ServerCallContext, *, interrupt_when_working: bool = False):
-    """Yield the events of the task's every state change after ``view``, until it is final.
-
-    ``interrupt_when_working``: the task was canceled after its prompt was offered to
-    the session but before its turn started, when the session ignores an interrupt;
-    interrupt the turn once it shows up."""
-    if view.final:
-        return
+async def follow(view: TaskView, context: ServerCallContext):
+    """Yield the events of the task's every state change after ``view``, until it is final
+    (delegation/tasks.py's ``task_follow``)."""
     member, caller = _who(context)
-    async with streams.following(view, team_id=member.team_id) as follower:
-        while not view.final:
-            try:
-                now = await follower.changed()
-            except streams.Gone:
-                raise TaskNotFoundError(message=f"The task {view.id!r} is gone.") from None
+    try:
+        async for now in tasks.task_follow(view, caller=caller, member=member, run=_run(context)):
             for event in _changes(view, now):
                 yield event
             view = now
-            if interrupt_when_working and view.state == TaskState.WORKING:
-                interrupt_when_working = False
-                await _db(context, _interrupt_again, task_id=view.id, caller=caller, member=member)
+    except TeamError as exc:  # the task is gone
+        raise _a2a_error(exc) from None
 
 
 def _wants_tool_results(params) -> bool:
@@ -268,19 +253,15 @@ class MemberRequestHandler(RequestHandler):
             context_id=message.context_id or str(uuid.uuid4()), message_id=message.message_id,
             with_tool_results=_wants_tool_results(params),
         )
-        return await _db(context, _read, task_id=task.pk, caller=caller, member=member)
+        return await _db(context, tasks.task_read_of_caller, task_id=task.pk, caller=caller, member=member)
 
     async def on_message_send(self, params: pb.SendMessageRequest, context: ServerCallContext) -> pb.Task:
         member, caller = _who(context)
         view = await self._send(params, context)
         if not params.configuration.return_immediately:
-            try:
-                async with asyncio.timeout(SEND_WAIT_SECONDS):
-                    async for _ in follow(view, context):
-                        pass
-            except TimeoutError:
-                pass
-            view = await _db(context, _read, task_id=view.id, caller=caller, member=member)
+            view = await tasks.task_settled(
+                view, caller=caller, member=member, run=_run(context), seconds=tasks.SEND_WAIT_SECONDS
+            )
         return task_proto(view)
 
     async def on_message_send_stream(self, params: pb.SendMessageRequest, context: ServerCallContext) -> AsyncGenerator:
@@ -292,7 +273,7 @@ class MemberRequestHandler(RequestHandler):
 
     async def on_subscribe_to_task(self, params: pb.SubscribeToTaskRequest, context: ServerCallContext) -> AsyncGenerator:
         member, caller = _who(context)
-        view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
+        view = await _db(context, tasks.task_read_of_caller, task_id=params.id, caller=caller, member=member)
         yield task_proto(view)
         async for event in follow(view, context):
             yield event
@@ -300,7 +281,7 @@ class MemberRequestHandler(RequestHandler):
     async def on_get_task(self, params: pb.GetTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
         history = _history_wanted(params)
-        view = await _db(context, _read, task_id=params.id, caller=caller, member=member)
+        view = await _db(context, tasks.task_read_of_caller, task_id=params.id, caller=caller, member=member)
         return task_proto(view, history=history)
 
     async def on_list_tasks(self, params: pb.ListTasksRequest, context: ServerCallContext) -> pb.ListTasksResponse:
@@ -324,20 +305,7 @@ class MemberRequestHandler(RequestHandler):
 
     async def on_cancel_task(self, params: pb.CancelTaskRequest, context: ServerCallContext) -> pb.Task | None:
         member, caller = _who(context)
-
-        def cancel(*, task_id: str) -> TaskView:
-            return tasks.task_cancel(task=tasks.task_of_caller(task_id=task_id, caller=caller, member=member))
-
-        view = await _db(context, cancel, task_id=params.id)
-        if not view.final:  # interrupted: answer with how the turn ended, if it ends soon
-            not_started = view.state == TaskState.SUBMITTED
-            try:
-                async with asyncio.timeout(CANCEL_WAIT_SECONDS):
-                    async for _ in follow(view, context, interrupt_when_working=not_started):
-                        pass
-            except TimeoutError:
-                pass
-            view = await _db(context, _read, task_id=view.id, caller=caller, member=member)
+        view = await tasks.task_cancel_answered(task_id=params.id, caller=caller, member=member, run=_run(context))
         return task_proto(view)
 
     async def on_create_task_push_notification_config(self, params, context):

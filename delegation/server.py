@@ -47,10 +47,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from delegation import db as a2a_db
+from delegation import selectors
 from delegation.credentials import Caller, caller_for_team
 from delegation.handler import ANSWER_STATE, RATE_STATE, HttpAnswer, MemberRequestHandler
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Phase, Team
+from teams.models import Member
 
 PREFIX = "/a2a"
 CARD_PATH = ".well-known/agent-card.json"
@@ -195,24 +196,8 @@ async def _no_route(request: Request, exc) -> JSONResponse:
     return JSONResponse(refusal.as_wire(), status_code=refusal.http_status, headers=getattr(exc, "headers", None))
 
 
-def _lead_of_team(*, team_name: str) -> Member:
-    lead = Member.objects.select_related("team").filter(team__name=team_name, role="lead").first()
-    if lead is None:
-        raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
-    return lead
-
-
-def _member_of_path(*, team_name: str, member_name: str) -> Member:
-    member = Member.objects.select_related("team").filter(team__name=team_name, name=member_name).first()
-    if member is None and not Team.objects.filter(name=team_name).exists():
-        raise TeamError(ErrorCode.NOT_FOUND, f"No team named {team_name!r}.")
-    if member is None or member.phase == Phase.RETIRED:
-        raise TeamError(ErrorCode.NOT_FOUND, f"No member named {member_name!r} on team {team_name!r}.")
-    return member
-
-
 def _authenticated(*, headers, team_name: str, member_name: str) -> tuple[Member, Caller]:
-    member = _member_of_path(team_name=team_name, member_name=member_name)
+    member = selectors.member_of_path(team_name=team_name, member_name=member_name)
     return member, caller_for_team(token=bearer_from_headers(headers), team=member.team)
 
 
@@ -324,10 +309,10 @@ class A2AApp:
             return
         try:
             if team_card:
-                scope[MEMBER_KEY] = await a2a_db.run(_lead_of_team, team_name=team_name)
+                scope[MEMBER_KEY] = await a2a_db.run(selectors.lead_of_team, team_name=team_name)
                 scope["steerboard.a2a_team_card"] = True
             elif card:
-                scope[MEMBER_KEY] = await a2a_db.run(_member_of_path, team_name=team_name, member_name=member_name)
+                scope[MEMBER_KEY] = await a2a_db.run(selectors.member_of_path, team_name=team_name, member_name=member_name)
             else:
                 scope[MEMBER_KEY], scope[CALLER_KEY] = await a2a_db.run(
                     _authenticated, headers=scope.get("headers", ()), team_name=team_name, member_name=member_name

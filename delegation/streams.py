@@ -2,13 +2,14 @@
 task's changes.
 
 A stream (``SendStreamingMessage``, ``SubscribeToTask``, and the waits of a blocking
-``SendMessage`` and of ``CancelTask``) registers the task it follows with its team's
-watch in this process. The watch hears the team's doorbells (mailbox/waiting.py's
-``team_rings``, the dashboard group on the channel layer) and, on a ring and every
-``RECHECK_SECONDS`` without one (a lost doorbell), reads every task its streams
-follow at once (``tasks.tasks_by_id``: a few indexed queries, however many streams
-and however long the histories; at most one read per ``READ_INTERVAL``), then
-wakes only the streams whose task's state changed. A hundred streams on a team cost the database what one does; a stream
+``SendMessage`` and of ``CancelTask``: delegation/tasks.py's ``task_follow``) registers
+the task it follows with its team's watch in this process. The watch hears the team's
+doorbells (mailbox/waiting.py's ``team_rings``, the dashboard group on the channel
+layer) and, on a ring and every ``RECHECK_SECONDS`` without one (a lost doorbell),
+reads every task its streams follow at once (with the ``read`` its first stream
+brought: ``tasks.tasks_by_id``, a few indexed queries, however many streams and
+however long the histories; at most one read per ``READ_INTERVAL``), then wakes
+only the streams whose task's state changed. A hundred streams on a team cost the database what one does; a stream
 whose task did not change is not woken at all.
 
 A read that fails (the database is away) is counted (mailbox/outage.py) and tried
@@ -17,12 +18,11 @@ again at the next ring or recheck; the streams stay open meanwhile.
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from mailbox import outage, waiting
+from typing import Protocol
 
 from delegation import db as a2a_db
-from delegation import tasks
-from delegation.tasks import TaskView
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,18 @@ RECHECK_SECONDS = 2.0
 # And at most this often: rings (and streams that start) meanwhile are one read
 # (the dashboards' doorbells are folded the same way, mailbox/events.py).
 READ_INTERVAL = 0.1
+
+
+class TaskView(Protocol):
+    """What a stream follows of a task (delegation/tasks.TaskView): this module reads tasks
+    only through the ``read`` it is handed, so it imports nothing of delegation/tasks.py."""
+
+    id: str
+    state: str
+
+
+# How a watch reads its tasks: ``read(task_ids=[...])`` -> the views of those that exist.
+TasksRead = Callable[..., list]
 
 
 class Gone(Exception):
@@ -64,8 +76,9 @@ class Follower:
 
 
 class _TeamWatch:
-    def __init__(self, team_id: int):
+    def __init__(self, team_id: int, read: TasksRead):
         self.team_id = team_id
+        self.read = read
         self.followers: dict[str, set[Follower]] = {}
         self.ring: asyncio.Event | None = None
         self.reads = 0  # for the tests: how many times the watch read its tasks
@@ -99,7 +112,7 @@ class _TeamWatch:
             return
         self.reads += 1
         try:
-            views = await a2a_db.run(tasks.tasks_by_id, task_ids=wanted)
+            views = await a2a_db.run(self.read, task_ids=wanted)
         except Exception as exc:
             if outage.noted(exc, "following A2A tasks") is None:
                 log.exception("reading the followed A2A tasks of team %s failed", self.team_id)
@@ -118,12 +131,13 @@ _watches: dict[tuple[asyncio.AbstractEventLoop, int], _TeamWatch] = {}
 
 
 @contextlib.asynccontextmanager
-async def following(view: TaskView, *, team_id: int) -> AsyncIterator[Follower]:
-    """While open: a ``Follower`` of the task ``view`` shows, woken by the team's watch."""
+async def following(view: TaskView, *, team_id: int, read: TasksRead) -> AsyncIterator[Follower]:
+    """While open: a ``Follower`` of the task ``view`` shows, woken by the team's watch (which
+    reads with ``read``, when this stream starts it)."""
     key = (asyncio.get_running_loop(), team_id)
     watch = _watches.get(key)
     if watch is None:
-        watch = _watches[key] = _TeamWatch(team_id)
+        watch = _watches[key] = _TeamWatch(team_id, read)
     follower = Follower(view)
     watch.add(view.id, follower)
     try:

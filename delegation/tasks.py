@@ -26,10 +26,12 @@ prompts' entries (ListTasks, the streams of delegation/streams.py), and a task
 is read as a ``TaskRow`` (one query's values, no model instances: a ListTasks
 of a hundred tasks pays for none).
 """
+import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import asks, events, history, queue_adapter
+from mailbox import asks, history, interrupt, queue_adapter
 from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind
 
@@ -37,6 +39,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from delegation import streams
 from delegation.credentials import Caller
 from delegation.models import FINAL_STATES, DelegatedTask, TaskState
 from teams.errors import ErrorCode, TeamError
@@ -46,6 +49,10 @@ log = logging.getLogger(__name__)
 MAX_CONTENT = 65536
 MAX_CONTEXT_ID = DelegatedTask._meta.get_field("context_id").max_length
 MAX_MESSAGE_ID = DelegatedTask._meta.get_field("message_id").max_length
+# How long a blocking SendMessage waits for its task to end before answering with it as it is.
+SEND_WAIT_SECONDS = 60.0
+# How long CancelTask waits for an interrupted turn to end before answering with the task as it is.
+CANCEL_WAIT_SECONDS = 10.0
 # A working task whose member waits for a person's answer to an ask made in the task's turn
 # (mailbox/asks.py). Derived on every read and never stored, so it is no TaskState of the row.
 INPUT_REQUIRED = "input_required"
@@ -146,7 +153,6 @@ def task_send(
             message_id=message_id,
             with_tool_results=with_tool_results,
         )
-        events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt.pk, a2a_task=task.pk)
     queue_adapter.prompt_offer(prompt)
     return task
 
@@ -338,10 +344,8 @@ def task_interrupt_again(*, task: TaskRow) -> None:
 
 
 def _interrupt(channel: str) -> None:
-    if not channel:
-        return
     try:
-        events.send_now(channel, {"type": "session.interrupt"}, to_channel=True)
+        interrupt.turn_interrupt(channel=channel)
     except Exception:  # the layer is away: the turn runs on, and the task reports how it ended
         log.warning("could not interrupt %s for a canceled A2A task", channel, exc_info=True)
 
@@ -357,3 +361,79 @@ def tasks_of_caller(*, caller: Caller, member: Member, context_id: str = "", sta
     if state:
         views = [v for v in views if v.state == state]
     return views, len(tasks) > limit
+
+
+# --- following a task: its streams, the blocking waits and the cancel policy -------------------
+# How the transport runs a database call: ``run(fn, **kwargs)`` (it answers the call's errors
+# in its own terms: delegation/handler.py's ``_db``).
+Run = Callable[..., Awaitable]
+
+
+def _followed(*, task_ids: list[str]) -> list[TaskView]:
+    """The read of a team's watch (delegation/streams.py): ``tasks_by_id`` as it is when read."""
+    return tasks_by_id(task_ids=task_ids)
+
+
+def task_read_of_caller(*, task_id: str, caller: Caller, member: Member) -> TaskView:
+    """GetTask, and what a subscription starts from: the caller's own task on ``member``, now."""
+    return task_read(task_of_caller(task_id=task_id, caller=caller, member=member))
+
+
+def _interrupt_again_of_caller(*, task_id: str, caller: Caller, member: Member) -> None:
+    task_interrupt_again(task=task_of_caller(task_id=task_id, caller=caller, member=member))
+
+
+def _cancel_of_caller(*, task_id: str, caller: Caller, member: Member) -> TaskView:
+    return task_cancel(task=task_of_caller(task_id=task_id, caller=caller, member=member))
+
+
+async def task_follow(
+    view: TaskView, *, caller: Caller, member: Member, run: Run, interrupt_when_working: bool = False
+) -> AsyncIterator[TaskView]:
+    """Each state of the task after ``view``, as it changes, until it is final (its team's
+    watch in this process wakes it: delegation/streams.py). A task that is gone meanwhile
+    is TASK_NOT_FOUND.
+
+    ``interrupt_when_working``: the task was canceled after its prompt was offered to the
+    session but before its turn started, when the session ignores an interrupt; its
+    turn is interrupted again once it shows up as working."""
+    if view.final:
+        return
+    async with streams.following(view, team_id=member.team_id, read=_followed) as follower:
+        while not view.final:
+            try:
+                view = await follower.changed()
+            except streams.Gone:
+                raise TeamError(ErrorCode.TASK_NOT_FOUND, f"The task {view.id!r} is gone.") from None
+            yield view
+            if interrupt_when_working and view.state == TaskState.WORKING:
+                interrupt_when_working = False
+                await run(_interrupt_again_of_caller, task_id=view.id, caller=caller, member=member)
+
+
+async def task_settled(
+    view: TaskView, *, caller: Caller, member: Member, run: Run, seconds: float, interrupt_when_working: bool = False
+) -> TaskView:
+    """The task once it is final, or as it is after ``seconds`` (read again either way)."""
+    try:
+        async with asyncio.timeout(seconds):
+            async for _ in task_follow(
+                view, caller=caller, member=member, run=run, interrupt_when_working=interrupt_when_working
+            ):
+                pass
+    except TimeoutError:
+        pass
+    return await run(task_read_of_caller, task_id=view.id, caller=caller, member=member)
+
+
+async def task_cancel_answered(*, task_id: str, caller: Caller, member: Member, run: Run) -> TaskView:
+    """CancelTask (``task_cancel``), answered with how the task ended when that is soon: a turn
+    it interrupted, within ``CANCEL_WAIT_SECONDS``; a prompt offered but not started yet is
+    interrupted again once its turn shows up (``task_follow``)."""
+    view = await run(_cancel_of_caller, task_id=task_id, caller=caller, member=member)
+    if view.final:
+        return view
+    return await task_settled(
+        view, caller=caller, member=member, run=run, seconds=CANCEL_WAIT_SECONDS,
+        interrupt_when_working=view.state == TaskState.SUBMITTED,
+    )

@@ -30,21 +30,18 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from mailbox import activity, usage
+from mailbox import activity, delivery, usage
 from mailbox import selectors as mailbox_selectors
 from frontend.markdown import markdown_html
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState,
     TeamMessage,
 )
-from teams.models import Activity, Member, Phase, SessionState, Status, Team, status_of
+from teams.models import Activity, Member, Phase, SessionState, Team, status_of
 from teams.wire_format import iso
 
 ITEM_WINDOW = 50  # items shown; the count is of all
 PENDING_READ = 1000  # pending messages of a team read at most (9 members, the Lead and 8 teammates, x 64 by default)
-
-
-NO_SESSION = (Status.INACTIVE, Status.PROVISIONING)
 
 
 def threshold() -> float:
@@ -76,7 +73,7 @@ def member_reason(*, phase: str, status: str, waited_for: bool, has_host: bool) 
     start one, and work (a message, a prompt) that has waited for it past the threshold."""
     if phase == Phase.FAILED:
         return "failed to start"
-    if status in NO_SESSION and waited_for and not has_host:
+    if waited_for and delivery.target_waits(status=status, has_host=has_host):
         return "unreachable: no session and no host connected to start it"
     return ""
 
@@ -137,7 +134,10 @@ def team_attention(
         )[:ITEM_WINDOW]
     )
     waiting_for |= {p.target_id for p in prompts if p.created_at + after <= now}
-    no_session = [m for m in roster if m.status in NO_SESSION and m.pk in waiting_for]
+    # Whose reason needs to know of a host (a failed member's does not).
+    no_session = [
+        m for m in roster if m.phase != Phase.FAILED and m.status in delivery.SESSIONLESS and m.pk in waiting_for
+    ]
     has_host = bool(no_session) and HostPresence.objects.filter(team=team).exists()
     failed = [m for m in roster if m.phase == Phase.FAILED]
     errors = activity.start_failures(team_id=team.pk) if failed else {}

@@ -1,8 +1,8 @@
 """The operator console's pages: a team's messages with filters, and one message's trace.
 
-Thin like frontend/views.py: parse the query with the operator API's own filter
-serializer (the same names and checks as ``GET /api/v1/teams/<team>/messages``),
-call a selector, render.
+Thin like frontend/views.py: parse the query as the operator API does (the one
+definition of the message query, mailbox/message_query.py: the same names and
+checks as ``GET /api/v1/teams/<team>/messages``), call a selector, render.
 """
 from urllib.parse import urlencode
 
@@ -18,7 +18,7 @@ from frontend.views import _team_or_404, _viewer, content_security_policy
 from mailbox import lead_log
 from mailbox import selectors as mailbox_selectors
 from mailbox.api.errors import error_json
-from mailbox.api.operators import MessageListIn
+from mailbox.message_query import MessageListIn
 from mailbox.models import MessageState
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError

@@ -33,18 +33,15 @@ import asyncio
 import json
 import logging
 
-from django.db.models import Count, Max
-
 from accounts.sessions import sessions_signed_out
+from frontend import selectors
 from frontend.signals import session_group, user_group
 from mailbox import events, outage
 from mailbox.consumers import LeanConsumer
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
-from teams.models import Team
 
 log = logging.getLogger(__name__)
-TEAM_LIST_WINDOW = 100
 TEAM_WATCH_INTERVAL = 2.0
 SESSION_RECHECK_INTERVAL = 5.0  # the bound on a signed-out socket staying open (docs/dashboard.md)
 CLOSE_UNAUTHENTICATED = 4401
@@ -53,85 +50,101 @@ CLOSE_NOT_FOUND = 4404
 MAX_FRAME_CHARS = 4096
 
 
-def _team_ids(name: str | None) -> list[int]:
-    if name is not None:
-        return list(Team.objects.filter(name=name).values_list("pk", flat=True))
-    return list(Team.objects.order_by("name").values_list("pk", flat=True)[:TEAM_LIST_WINDOW])
+class _TeamListWatch:
+    """The team-list sockets of this process (on one event loop), and the one task that
+    reads the teams' mark for them every ``TEAM_WATCH_INTERVAL`` while any is open."""
 
+    def __init__(self):
+        self.sockets: set[DashboardConsumer] = set()
+        self.task: asyncio.Task | None = None
 
-def _teams_mark() -> tuple[int, int | None]:
-    found = Team.objects.aggregate(n=Count("pk"), top=Max("pk"))
-    return found["n"], found["top"]
+    def add(self, socket: "DashboardConsumer") -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
 
-
-def _team_list_read() -> tuple[list[int], tuple[int, int | None]]:
-    return _team_ids(None), _teams_mark()
-
-
-# The team-list sockets of this process, and the one task that watches the teams for them.
-_team_lists: set["DashboardConsumer"] = set()
-_team_watch: asyncio.Task | None = None
-
-
-async def _watch_teams() -> None:
-    while _team_lists:
-        await asyncio.sleep(TEAM_WATCH_INTERVAL)
-        if not _team_lists:
-            return
-        try:
-            mark = await to_db_thread(_teams_mark)()
-        except Exception:  # the database is away: /readyz tells the page; try again next time
-            continue
-        for socket in [s for s in _team_lists if s.teams_mark != mark]:
+    async def _run(self) -> None:
+        while self.sockets:
+            await asyncio.sleep(TEAM_WATCH_INTERVAL)
+            if not self.sockets:
+                return
             try:
-                await socket.teams_changed()
-            except Exception:
-                log.warning("could not tell a team list about new teams", exc_info=True)
-
-
-def _team_watch_start() -> None:
-    global _team_watch
-    if _team_watch is None or _team_watch.done():
-        _team_watch = asyncio.ensure_future(_watch_teams())
-
-
-# Every signed-in dashboard socket of this process, and the one task that checks their sessions.
-_signed_in: set["DashboardConsumer"] = set()
-_session_watch: asyncio.Task | None = None
-_recheck_now: asyncio.Event | None = None
-
-
-async def _watch_sessions() -> None:
-    while _signed_in:
-        try:
-            await asyncio.wait_for(_recheck_now.wait(), SESSION_RECHECK_INTERVAL)
-        except TimeoutError:
-            pass
-        _recheck_now.clear()
-        sockets = list(_signed_in)
-        if not sockets:
-            return
-        try:
-            ended = await to_db_thread(sessions_signed_out)(sessions={s.session_key: s.user_id for s in sockets})
-        except Exception as exc:  # the database is away: /readyz tells the page; check again next time
-            if outage.noted(exc, "a dashboard session check") is None:
-                log.warning("could not check the dashboard sockets' sessions", exc_info=True)
-            continue
-        for socket in sockets:
-            if socket.session_key in ended and socket in _signed_in:
-                _signed_in.discard(socket)
+                mark = await to_db_thread(selectors.teams_mark)()
+            except Exception:  # the database is away: /readyz tells the page; try again next time
+                continue
+            for socket in [s for s in self.sockets if s.teams_mark != mark]:
                 try:
-                    await socket.close(code=CLOSE_UNAUTHENTICATED)
-                except Exception:  # it went meanwhile; the others still close
-                    log.debug("closing a signed-out dashboard socket failed", exc_info=True)
+                    await socket.teams_changed()
+                except Exception:
+                    log.warning("could not tell a team list about new teams", exc_info=True)
 
 
-def _session_watch_start() -> None:
-    global _session_watch, _recheck_now
+class _SessionWatch:
+    """Every signed-in dashboard socket of this process (on one event loop), and the one
+    task that checks their sessions: every ``SESSION_RECHECK_INTERVAL`` while any is open,
+    and at once when asked (``recheck_now``: a user changed)."""
+
+    def __init__(self):
+        self.sockets: set[DashboardConsumer] = set()
+        self.task: asyncio.Task | None = None
+        self.recheck = asyncio.Event()
+
+    def add(self, socket: "DashboardConsumer") -> None:
+        self.sockets.add(socket)
+        if self.task is None or self.task.done():
+            self.recheck = asyncio.Event()
+            self.task = asyncio.ensure_future(self._run())
+
+    def recheck_now(self) -> None:
+        self.recheck.set()
+
+    async def _run(self) -> None:
+        while self.sockets:
+            try:
+                await asyncio.wait_for(self.recheck.wait(), SESSION_RECHECK_INTERVAL)
+            except TimeoutError:
+                pass
+            self.recheck.clear()
+            sockets = list(self.sockets)
+            if not sockets:
+                return
+            try:
+                ended = await to_db_thread(sessions_signed_out)(sessions={s.session_key: s.user_id for s in sockets})
+            except Exception as exc:  # the database is away: /readyz tells the page; check again next time
+                if outage.noted(exc, "a dashboard session check") is None:
+                    log.warning("could not check the dashboard sockets' sessions", exc_info=True)
+                continue
+            for socket in sockets:
+                if socket.session_key in ended and socket in self.sockets:
+                    self.sockets.discard(socket)
+                    try:
+                        await socket.close(code=CLOSE_UNAUTHENTICATED)
+                    except Exception:  # it went meanwhile; the others still close
+                        log.debug("closing a signed-out dashboard socket failed", exc_info=True)
+
+
+# Each event loop's watches (one loop in a server process; a test may run several).
+_watches: dict[asyncio.AbstractEventLoop, tuple[_SessionWatch, _TeamListWatch]] = {}
+
+
+def _watches_of_loop() -> tuple[_SessionWatch, _TeamListWatch]:
     loop = asyncio.get_running_loop()
-    if _session_watch is None or _session_watch.done() or _session_watch.get_loop() is not loop:
-        _recheck_now = asyncio.Event()
-        _session_watch = asyncio.ensure_future(_watch_sessions())
+    found = _watches.get(loop)
+    if found is None:
+        if len(_watches) > 16:  # loops of finished tests: forget them
+            for old in [old for old in _watches if old.is_closed()]:
+                del _watches[old]
+        found = _watches[loop] = (_SessionWatch(), _TeamListWatch())
+    return found
+
+
+def session_watch() -> _SessionWatch:
+    """This event loop's signed-in dashboard sockets and their session checks."""
+    return _watches_of_loop()[0]
+
+
+def team_list_watch() -> _TeamListWatch:
+    return _watches_of_loop()[1]
 
 
 def _error(message: str) -> dict:
@@ -148,8 +161,7 @@ class DashboardConsumer(LeanConsumer):
         try:
             await super().__call__(scope, receive, send)
         finally:  # however the socket ended (disconnect() does not run when the task is cancelled)
-            _signed_in.discard(self)
-            _team_lists.discard(self)
+            self._unwatched()
 
     async def connect(self):
         self.groups_joined = []
@@ -161,9 +173,9 @@ class DashboardConsumer(LeanConsumer):
         self.session_key, self.user_id = session.session_key, str(user.pk)
         team_name = self.scope["url_route"]["kwargs"].get("team")
         if team_name is None:
-            team_ids, self.teams_mark = await to_db_thread(_team_list_read)()
+            team_ids, self.teams_mark = await to_db_thread(selectors.team_list_read)()
         else:
-            team_ids = await to_db_thread(_team_ids)(team_name)
+            team_ids = await to_db_thread(selectors.dashboard_team_ids)(team_name)
         if team_name is not None and not team_ids:
             await self._refuse(CLOSE_NOT_FOUND)
             return
@@ -173,18 +185,16 @@ class DashboardConsumer(LeanConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined.append(group)
         await self.accept()
-        _signed_in.add(self)
-        _session_watch_start()
+        session_watch().add(self)
         # The page re-reads on this frame: anything before the subscription is in that read.
         await self.send_json({"type": "subscribed", "team": team_name})
         if team_name is None:
-            _team_lists.add(self)
-            _team_watch_start()
+            team_list_watch().add(self)
 
     async def teams_changed(self) -> None:
         """Teams were made (or removed) since this team list last looked: follow the
         new ones too, then ring the page."""
-        team_ids, self.teams_mark = await to_db_thread(_team_list_read)()
+        team_ids, self.teams_mark = await to_db_thread(selectors.team_list_read)()
         for group in (events.dashboard_group(team_id) for team_id in team_ids):
             if group not in self.groups_joined:
                 await self.channel_layer.group_add(group, self.channel_name)
@@ -197,9 +207,14 @@ class DashboardConsumer(LeanConsumer):
         await self.accept()
         await self.close(code=code)
 
+    def _unwatched(self) -> None:
+        found = _watches.get(asyncio.get_running_loop())
+        if found is not None:
+            for watch in found:
+                watch.sockets.discard(self)
+
     async def disconnect(self, code):
-        _team_lists.discard(self)
-        _signed_in.discard(self)
+        self._unwatched()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -229,10 +244,9 @@ class DashboardConsumer(LeanConsumer):
         await self.send_json({k: v for k, v in event.items() if k != "type"} | {"type": "team.changed"})
 
     async def session_ended(self, event):
-        _signed_in.discard(self)
+        session_watch().sockets.discard(self)
         await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def session_check(self, event):
         """The user changed (frontend/signals.py): check this process's sockets' sessions now."""
-        if _recheck_now is not None:
-            _recheck_now.set()
+        session_watch().recheck_now()

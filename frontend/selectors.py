@@ -9,7 +9,7 @@ reached page by page (``frontend.console_views.team_messages``, the operator API
 import json
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from steerboard_protocol.turns import HistoryTurns, named_turn
@@ -351,3 +351,23 @@ def team_messages_page(
     """A page of the team messages page: the operator API's filtered list, rendered as the team page's cards."""
     page, next_cursor = mailbox_selectors.message_list(team=team, cursor=cursor, limit=limit, **filters)
     return [message_card(m) for m in page], next_cursor
+
+
+# --- the dashboard sockets' reads (frontend/consumers.py) ------------------------------------------
+def dashboard_team_ids(name: str | None) -> list[int]:
+    """The teams a dashboard socket follows: the one named, or the team list's window."""
+    if name is not None:
+        return list(Team.objects.filter(name=name).values_list("pk", flat=True))
+    return list(Team.objects.order_by("name").values_list("pk", flat=True)[:TEAM_LIST_WINDOW])
+
+
+def teams_mark() -> tuple[int, int | None]:
+    """How many teams there are and the highest id: it changes when a team is made or removed
+    (one index-only read)."""
+    found = Team.objects.aggregate(n=Count("pk"), top=Max("pk"))
+    return found["n"], found["top"]
+
+
+def team_list_read() -> tuple[list[int], tuple[int, int | None]]:
+    """A team-list socket's teams, and the mark it saw them at."""
+    return dashboard_team_ids(None), teams_mark()

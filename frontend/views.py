@@ -14,9 +14,9 @@ from django.views.decorators.http import require_GET
 from django.views.static import serve
 
 from accounts.authentication import token_or_login_required
+from accounts.operators import is_operator
 from frontend import charts, selectors
 from mailbox.api.errors import error_json
-from mailbox.api.permissions import is_operator
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Team

@@ -9,7 +9,7 @@ statement returned (mailbox/hot_path.py).
 from django.utils import timezone
 
 from mailbox import hosts
-from mailbox.delivery import Admission
+from mailbox.delivery import SESSIONLESS, Admission, target_waits
 from mailbox.models import MessageState, TeamMessage
 from teams.errors import ErrorCode
 from teams.models import Status
@@ -63,13 +63,12 @@ def observation(*, target: str, status: str, state: str, has_host: bool, error: 
     """``code``: why the message waits, when a sender should know it (TEAM_BUDGET_EXHAUSTED);
     the observation then carries it as ``code``."""
     warnings: list[str] = []
-    waiting = status in (Status.INACTIVE, Status.PROVISIONING, Status.FAILED)
     if state == MessageState.DELIVERED:
         expected = f"{target} already has the message in its history."
     elif code == ErrorCode.TEAM_BUDGET_EXHAUSTED:
         expected = "The message waits in the durable mailbox until an operator raises the team's token budget."
         warnings.append(error)
-    elif waiting and not has_host:
+    elif target_waits(status=status, has_host=has_host):
         expected = f"The message waits in the durable mailbox until {target}'s session connects."
         warnings.append(
             f"{target} is {status} and no host is connected to resume it: the message waits for its session "
@@ -87,7 +86,7 @@ def observation(*, target: str, status: str, state: str, has_host: bool, error: 
         expected = f"{target} is idle: the message starts a turn."
     elif status == Status.PROVISIONING:
         expected = f"{target}'s session is being provisioned; it receives the message when the session connects."
-    elif waiting:
+    elif status in SESSIONLESS:
         expected = f"{target} has no session: its host is resuming it, and it receives the message when it connects."
         if status == Status.FAILED:
             warnings.append(f"{target}'s last session start failed; the host was asked again.")

@@ -11,7 +11,7 @@ class MailboxConfig(AppConfig):
         from mailbox.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import db, events, hot_sql, lead_log, metrics, outage, recovery, tools, tracing
+        from mailbox import db, events, hosts, hot_sql, lead_log, metrics, outage, recovery, tools, tracing
         from teams import services as team_services
 
         tools.registry_check()  # the Team tools are the wire contract's (steerboard_protocol.tools)
@@ -30,6 +30,9 @@ class MailboxConfig(AppConfig):
         # When Redis comes back, events rings the sessions' missed doorbells again through
         # recovery (which sits above it: events is handed the function, it does not import it).
         events.ring_again_with(recovery.sessions_ring_again)
+        # A host's arrival admits what waited for it, through recovery (above hosts: delivery
+        # asks hosts for starts), handed over the same way.
+        hosts.catch_up_with(recovery.host_catch_up)
 
         if settings.STEERBOARD.get("COUNT_SQL"):
             from mailbox import sqlcount

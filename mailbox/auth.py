@@ -23,7 +23,6 @@ within ``TOKEN_CACHE_SECONDS`` on every process, the bound REST has.
 import asyncio
 import collections
 import contextvars
-import hashlib
 import logging
 import threading
 import time
@@ -38,6 +37,7 @@ from mailbox import outage
 from mailbox.db import to_db_thread
 from teams.models import Member, MemberToken, RevokedToken, Team
 from teams.selectors import member_by_token, team_by_host_token
+from teams.tokens import token_hash
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +82,6 @@ def bearer_from_headers(headers) -> str:
     return ""
 
 
-def token_digest(token: str) -> str:
-    """The key a token is cached and registered under: its SHA-256, as stored."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _cache(digest: str, member: Member, now: float | None = None) -> None:
     if len(_members) >= _MAX_CACHED:
         _members.clear()
@@ -108,7 +103,7 @@ def member_cached(token: str) -> Member | None:
     """The member of a token looked up within the cache interval, without the database."""
     if not token:
         return None
-    hit = _members.get(token_digest(token))
+    hit = _members.get(token_hash(token))
     if hit is not None and hit[0] > time.monotonic():
         return hit[1]
     return None
@@ -138,7 +133,7 @@ def member_from_headers(headers) -> Member | None:
         return member
     member = member_by_token(token=token)
     if member is not None:
-        _cache(token_digest(token), member)
+        _cache(token_hash(token), member)
     return member
 
 

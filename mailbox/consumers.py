@@ -1,13 +1,14 @@
 """Websocket consumers for agent sessions (/ws/agent/) and team hosts (/ws/host/).
 
 They only translate frames to service calls and channel-layer events to frames.
-An agent session's entries and sends go to the process's writer without
-blocking the socket: the next frame is read while they commit, and answers
-(``ack``, ``tool_result``) go out in the order their commits finish.
+An agent session's frames feed its ``sessions.ConnectedSession``, which owns what
+they do: entries and sends go to the process's writer without blocking the
+socket (the next frame is read while they commit), answers (``ack``,
+``tool_result``) go out in the order their commits finish, and the quotas and
+the cap on tool calls in flight are its. A host's frames go to mailbox/hosts.py.
 """
 import asyncio
 import collections
-import contextlib
 import logging
 
 from autobahn.exception import Disconnected
@@ -16,11 +17,12 @@ from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
 from mailbox import (
-    auth, edge, events, hot_path, log_context, outage, presence, quota, recovery, sessions, sweeper, tools, tracing, wire,
+    auth, edge, events, hosts, log_context, outage, presence, quota, sessions, sweeper, tools, tracing, wire,
 )
 from mailbox.auth import bearer_from_headers, host_team_from_headers
 from mailbox.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
+from teams.tokens import token_hash
 
 log = logging.getLogger(__name__)
 
@@ -171,14 +173,9 @@ class _JsonFrames(LeanConsumer):
         await self.close(code=CLOSE_UNAVAILABLE)
 
 
-# Tool calls one socket may have in flight; more are refused until some finish.
-MAX_TOOL_CALLS_IN_FLIGHT = 64
-
-
 class AgentConsumer(_JsonFrames):
     member = None
-    said_hello = False
-    hello_sent = False
+    session: sessions.ConnectedSession | None = None
     revoked = False
 
     async def connect(self):
@@ -197,19 +194,16 @@ class AgentConsumer(_JsonFrames):
             return
         log_context.bind(**log_context.of_member(self.member))  # this socket's lines name its member
         # The token's SHA-256: what revocation closes this socket by, and the tool frames' rate key.
-        self.token = self.rate_key = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        self.token = self.rate_key = token_hash(bearer_from_headers(self.scope["headers"]))
         try:
             quota.sockets_admit(auth.sockets_open(self.token))
         except TeamError as exc:
             self.member = None  # nothing of this socket to detach
             await self.refused(exc, CLOSE_TOO_MANY)
             return
-        self.writes: collections.deque[asyncio.Future] = collections.deque()  # entries not yet committed, in order
-        self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
-        self.tool_calls: set[asyncio.Task] = set()
         self.outbox: collections.deque[dict] = collections.deque()
         self.flushing = False
-        self.steered: set[str] = set()  # message ids steered on this socket, no entry reported yet
+        self.session = sessions.ConnectedSession(member=self.member, channel=self.channel_name, push=self.push)
         # No group: what is for this member's session is sent to the channel its
         # hello records as the member's current one (mailbox/events.py).
         presence.socket_opened(self.channel_name)
@@ -221,10 +215,7 @@ class AgentConsumer(_JsonFrames):
             return
         auth.socket_closed(self.token, self)
         events.session_unregister(self.channel_name)
-        for task in list(self.tool_calls):
-            task.cancel()
-        if self.said_hello or self.hello_sent:
-            await to_db_thread(sessions.session_closed)(member_id=self.member.pk, channel=self.channel_name)
+        await self.session.close()
 
     # --- revocation: every frame speaks for a token that still exists ---------------------------
     def token_revoked(self) -> None:
@@ -264,81 +255,32 @@ class AgentConsumer(_JsonFrames):
         if isinstance(frame, wire.ToolFrame):
             self._tool_call(frame)
             return
+        session = self.session
         try:
-            if isinstance(frame, wire.EntryFrame) and self.said_hello:
-                self._entry(frame.entry)
+            if isinstance(frame, wire.EntryFrame) and session.said_hello:
+                session.entry(frame.entry)
                 return
-            await self._writes_committed()  # a status or hello comes after the entries before it
-            if isinstance(frame, wire.Hello):
-                self.hello_sent = True  # from here on the session may be attached: detach() ends it
-                replay = await to_db_thread(sessions.session_hello)(
-                    member_id=self.member.pk, state=frame.status, channel=self.channel_name
-                )
-                self.said_hello = True
+            if isinstance(frame, wire.Hello):  # after the entries before it, as a status
+                replay = await session.hello(frame.status)
                 await self.send_json(
                     {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay)}
                 )
                 for message in replay:
                     await self.session_steer({"message": message})
                 # From now on this process pushes to the session directly, after the replay.
-                events.session_register(self.channel_name, self)
-            elif not self.said_hello:
+                events.session_register(self.channel_name, session)
+            elif not session.said_hello:
                 await self.send_json(_error(ErrorCode.VALIDATION_ERROR, "Say hello first."))
             elif isinstance(frame, wire.StatusFrame):
-                await to_db_thread(sessions.session_status)(
-                    member_id=self.member.pk, state=frame.status, channel=self.channel_name
-                )
+                await session.status(frame.status)
         except TeamError as exc:
             await self.send_json({"type": "error", **exc.as_wire()})
 
-    # --- entries and tool calls: through the writer, answered in commit order ---------------
-    def _entry(self, entry: wire.Entry) -> None:
-        # The writer's own future, not a task around it: the ack goes out from its callback.
-        try:
-            if len(self.writes) >= quota.entries_per_request():
-                raise quota.too_many_entries(len(self.writes) + 1)
-            write = hot_path.entry_submit(member=self.member, entry=entry)
-        except TeamError as exc:  # the history quota refused it: nothing stored; answered in its turn
-            exc.extra["entry_id"] = entry.id
-            refusal = {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
-            if self.writes:  # after the answers of the entries before it, as acks are ordered
-                self.refused_after.setdefault(self.writes[-1], []).append(refusal)
-            else:
-                self.push(refusal)
-            return
-        self.writes.append(write)
-        write.add_done_callback(lambda done, e=entry.id, m=entry.delivers: self._entry_done(done, e, m))
-
-    def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
-        with contextlib.suppress(ValueError):
-            self.writes.remove(write)  # the oldest, unless the socket closed meanwhile
-        refused_next = self.refused_after.pop(write, ())  # entries refused by the quota right after this one
-        if write.cancelled():
-            return
-        exc = write.exception()
-        if exc is None:
-            self.steered.discard(message_id)
-            self.push({"type": "session.frame", "frame": {"type": "ack", **hot_path.entry_ack(entry_id, write.result())}})
-        elif isinstance(exc, TeamError):
-            self.push({"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}})
-        elif outage.noted(exc, "an entry") is not None:
-            self.push({"type": "session.unavailable", "entry_id": entry_id})
-        else:
-            log.warning("storing an entry of %s failed", self.member, exc_info=exc)
-            self.push({"type": "session.frame", "frame": _error(ErrorCode.SERVER_ERROR, "Storing that entry failed; send it again.")})
-        for refusal in refused_next:
-            self.push(refusal)
-
-    async def _writes_committed(self) -> None:
-        while self.writes:
-            await asyncio.wait([self.writes[0]])
-
+    # --- tool calls: beside the next frames, answered when each finishes ----------------------
     def _tool_call(self, frame: "wire.ToolFrame") -> None:
-        if len(self.tool_calls) >= MAX_TOOL_CALLS_IN_FLIGHT:
-            refusal = tools.refused(frame.name, TeamError(
-                ErrorCode.VALIDATION_ERROR,
-                f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; wait for some results.",
-            ))
+        refusal = self.session.tool_calls_full()
+        if refusal is not None:
+            refusal = tools.refused(frame.name, refusal)
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
             return
         try:
@@ -347,9 +289,7 @@ class AgentConsumer(_JsonFrames):
             tools.refused(frame.name, exc)
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
             return
-        task = asyncio.ensure_future(self._tool_run(frame))
-        self.tool_calls.add(task)
-        task.add_done_callback(self.tool_calls.discard)
+        self.session.tool_call_start(self._tool_run(frame))
 
     async def _tool_run(self, frame: "wire.ToolFrame") -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
@@ -371,9 +311,6 @@ class AgentConsumer(_JsonFrames):
         self.push({"type": "session.frame", "frame": answer})
 
     # --- what goes out: pushes from this process and channel-layer events, in order -------
-    def awaits_entries(self) -> bool:
-        return bool(self.steered)
-
     def push(self, event: dict) -> None:
         """On the event loop: queue an event for this socket; one task sends them in order."""
         self.outbox.append(event)
@@ -400,7 +337,7 @@ class AgentConsumer(_JsonFrames):
         await self.send_json(event["frame"])
 
     async def session_steer(self, event):
-        self.steered.add(event["message"]["id"])
+        self.session.steer_sent(event["message"]["id"])
         await self.send_json({"type": "steer", "message": event["message"]})
         if tracing.enabled:  # the pushed event of the message's deliver span
             tracing.pushed(event["message"])
@@ -433,7 +370,7 @@ class HostConsumer(_JsonFrames):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         log_context.bind(team=self.team.name)
-        self.token = auth.token_digest(bearer_from_headers(self.scope["headers"]))
+        self.token = token_hash(bearer_from_headers(self.scope["headers"]))
         try:
             quota.sockets_admit(auth.host_sockets_open(self.token))
         except TeamError as exc:
@@ -445,7 +382,7 @@ class HostConsumer(_JsonFrames):
         self.group = events.host_group(self.team.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await to_db_thread(recovery.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
+        await to_db_thread(hosts.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
 
     async def detach(self, code):
         if self.team is None:
@@ -454,7 +391,7 @@ class HostConsumer(_JsonFrames):
         try:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         finally:
-            await to_db_thread(sessions.host_disconnected)(channel=self.channel_name)
+            await to_db_thread(hosts.host_disconnected)(channel=self.channel_name)
 
     async def receive_json(self, content, **kwargs):
         try:
@@ -463,7 +400,7 @@ class HostConsumer(_JsonFrames):
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
         if isinstance(frame, wire.StartFailed):
-            await to_db_thread(sessions.host_start_failed)(
+            await to_db_thread(hosts.host_start_failed)(
                 team_id=self.team.pk, member_name=frame.member, error=frame.error
             )
 

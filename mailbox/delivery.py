@@ -64,7 +64,7 @@ from django.utils import timezone
 
 from mailbox import events, faults, hosts, lead_log, selectors, usage, wire
 from mailbox.lead_log import accepted_record, cancelled_record, failed_record, retried_record
-from mailbox.models import PENDING_STATES, LogKind, MessageKind, MessageState, TeamMessage
+from mailbox.models import PENDING_STATES, TARGET_SESSIONLESS_STATUSES, LogKind, MessageKind, MessageState, TeamMessage
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 
@@ -289,10 +289,24 @@ def _admission_attempt(
             )
     elif status == Status.RETIRED:
         raise TargetWaiting(f"{target.name} is retired")
-    elif not has_host:
+    elif target_waits(status=status, has_host=has_host):
         raise TargetWaiting(no_host_reason(target=target.name, status=status))
     elif not hosts.start_is_fresh(target):
         hosts.start_request(member=target, reason=hosts.start_reason(status))
+
+
+# A target in one of these statuses has no session: what is for it waits for a host to start
+# one (one that failed to provision is asked again, when a host is there).
+SESSIONLESS = (*TARGET_SESSIONLESS_STATUSES, Status.FAILED)
+
+
+def target_waits(*, status: str, has_host: bool) -> bool:
+    """Whether what is for a target in ``status`` (a message, a prompt) waits with nothing to
+    be done: it has no session and no host is connected to start one. The one rule for
+    admission, the sender's observation (mailbox/answers.py) and the dashboard's
+    "unreachable" (frontend/attention.py); the send's own statement (mailbox/hot_sql.py)
+    says it in SQL for the statuses a send can meet (a failed target refuses sends)."""
+    return status in SESSIONLESS and not has_host
 
 
 def no_host_reason(*, target: str, status: str) -> str:

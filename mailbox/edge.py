@@ -49,6 +49,7 @@ from django.middleware.security import SecurityMiddleware
 
 from mailbox import auth, outage, quota, sweeper, tools
 from teams.errors import ErrorCode, TeamError
+from teams.tokens import token_hash
 
 security_log = logging.getLogger("django.security.DisallowedHost")
 
@@ -285,7 +286,7 @@ def http_edge(app):
             else:
                 scope[MEMBER_KEY] = None
         if path.startswith(RATE_LIMITED_PREFIXES):
-            scope[RATE_KEY] = quota.token_key(token) if token else None
+            scope[RATE_KEY] = token_hash(token) if token else None
             if token:
                 try:
                     quota.request_charge(scope[RATE_KEY])

@@ -37,7 +37,7 @@ DASHBOARD_RING_INTERVAL = 0.1
 
 
 class LocalSession(Protocol):
-    """A session websocket this process holds (mailbox/consumers.AgentConsumer)."""
+    """A session this process holds (mailbox/sessions.ConnectedSession, fed by its websocket)."""
 
     def push(self, event: dict) -> None:
         """On its event loop: send the event's frame, after those pushed before it."""

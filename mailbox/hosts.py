@@ -1,5 +1,11 @@
 """The hosts: the processes that start agent sessions for a team (sdk/steerboard_agents/host.py).
 
+A host arrives (``host_arrived``: its websocket is recorded, mailbox/presence.py,
+and what waited for a host is started and admitted), leaves
+(``host_disconnected``), and reports a start it could not make
+(``host_start_failed``: a member that never ran fails, one that did stays
+inactive).
+
 A member with no session is started by asking the team's connected hosts
 (``host.start`` on the team's host group) with a fresh start token, to
 ``provision`` a member that never ran or to ``resume`` one that did. One request
@@ -14,12 +20,59 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import auth, events, faults, usage
+from collections.abc import Callable
+
+from mailbox import auth, events, faults, lead_log, presence, usage
 from mailbox.models import HostPresence
 from teams.models import Member, Phase, SessionState, Status
+from teams.services import member_fail
 from teams.tokens import start_token_create
 
 log = logging.getLogger(__name__)
+
+# What a host's arrival admits for its team: recovery's (mailbox/recovery.py), which sits above
+# this module (delivery asks hosts for starts); handed over by mailbox/apps.py.
+_catch_up: Callable[..., None] | None = None
+
+
+def catch_up_with(catch_up: Callable[..., None]) -> None:
+    """Register what ``host_arrived`` runs for the team once its starts are asked for:
+    ``catch_up(team_id=...)``."""
+    global _catch_up
+    _catch_up = catch_up
+
+
+# --- a host's websocket ---------------------------------------------------------------------
+def host_arrived(*, team_id: int, channel: str) -> None:
+    """A host connected to the team (its websocket ``channel``): record it, then let it
+    provision and resume what was waiting for one. Starts asked of a host that may be
+    gone are asked of this one."""
+    presence.host_attached(team_id=team_id, channel=channel)
+    Member.objects.filter(team_id=team_id).update(start_requested_at=None)
+    members_start_pending(team_id=team_id)
+    if _catch_up is not None:
+        _catch_up(team_id=team_id)
+
+
+def host_disconnected(*, channel: str) -> None:
+    presence.host_detached(channel=channel)
+
+
+def host_start_failed(*, team_id: int, member_name: str, error: str) -> None:
+    """The host could not start ``member_name``: one that never ran fails (an operator
+    retries it), one that ran stays inactive; the error goes to the Lead log."""
+    member = Member.objects.filter(team_id=team_id, name=member_name).first()
+    if member is None:
+        return
+    previous = member.status
+    with transaction.atomic():
+        failed = member_fail(member_id=member.pk)
+        Member.objects.filter(pk=member.pk).update(start_requested_at=None)
+        lead_log.member_logged(team_id=team_id, data={"member": member_name, "start_failed": error[:2000]})
+        lead_log.member_status_logged(failed, previous)
+
+
+# --- asking a host to start a member ---------------------------------------------------------
 
 
 def team_has_host(team_id: int) -> bool:

@@ -33,6 +33,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, tracing, usage, wire
+from mailbox import queue_adapter
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer
@@ -340,7 +341,7 @@ class EntryJob(_writer.Job):
         self.member = member
         self.entry_id, self.kind = entry.id, entry.kind
         self.message_id = entry.delivers
-        self.prompt_id = entry.prompt_id if entry.kind == "prompt" else None
+        self.prompt_id = queue_adapter.prompt_started_by(entry)
         self.data = json.dumps(entry.as_stored())
         self.usage = entry.usage
         self.delivered = False
@@ -444,7 +445,7 @@ class EntryJob(_writer.Job):
         elif self.result is True:
             rings.append((team_id, "usage" if self.usage is not None else "entry", {"member": name}))
         if self.prompt_id:
-            rings.append((team_id, "prompt", {"member": name}))
+            rings.append(queue_adapter.prompt_ring(team_id=team_id, member_name=name))
         return rings
 
     def finish(self) -> None:

@@ -6,8 +6,9 @@ for the end of the batch, in one statement each (``batch_flush``: the Lead-log r
 the idempotency keys' results).
 
 Every state, phase and kind in these statements is the models' own (``MessageState``,
-``Phase``, ``SessionState``, ``PromptState``, ``LogKind``), and every Lead-log record
-is built by the Lead log's builders (mailbox/lead_log.py): nothing here is typed twice.
+``Phase``, ``SessionState``, ``LogKind``), every Lead-log record is built by the Lead
+log's builders (mailbox/lead_log.py), and a prompt's start is the Queue adapter's
+statement (mailbox/queue_adapter.py): nothing here is typed twice.
 
 Below the jobs and beside mailbox/db.py, which is handed ``batch_flush``,
 ``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
@@ -16,14 +17,14 @@ import contextlib
 
 from django.db import connection
 
-from mailbox import sqlcount
+from mailbox import queue_adapter, sqlcount
 from mailbox.lead_log import (
     accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
     rows_values,
 )
 from mailbox.models import (
-    PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence, HumanPrompt,
-    IdempotencyRecord, LogKind, MemberUsage, MessageState, PromptState, TeamMessage,
+    PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
+    IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
 )
 from mailbox.writer import Batch
 from teams.errors import TeamError
@@ -93,7 +94,6 @@ class Statements:
         history = HistoryEntry._meta.db_table
         hosts = HostPresence._meta.db_table
         keys = IdempotencyRecord._meta.db_table
-        prompts = HumanPrompt._meta.db_table
         pending = _listed(*PENDING_STATES)
         refusing = _listed(*TARGET_REFUSING_PHASES)
         queued, accepted, delivered, cancelled = (
@@ -155,10 +155,7 @@ class Statements:
         self.message_state = f"SELECT state FROM {message} WHERE id = %s AND target_id = %s"
         # A stored message's trace context (the writer's batch, only when its process traces).
         self.message_traced = f"UPDATE {message} SET traceparent = %s, tracestate = %s WHERE id = %s"
-        self.prompt_started = (
-            f"UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %s "
-            f"WHERE id = %s AND target_id = %s AND state = '{PromptState.QUEUED}'"
-        )
+        self.prompt_started = queue_adapter.prompt_started_sql(now="%s", prompt="%s", member="%s")
         # An idempotency key (mailbox/idempotency.py): a live key of this member and tool, and
         # the key stored with its call's result (taking over an expired one).
         self.key_find = (
@@ -303,8 +300,7 @@ class Statements:
                 f"OR EXISTS (SELECT 1 FROM {history} WHERE member_id = %(member)s AND message_id = %(message)s)) "
                 f"RETURNING {returned}), "
                 f"l AS ({entry_records}), "
-                f"p AS (UPDATE {prompts} SET state = '{PromptState.STARTED}', started_at = %(now)s "
-                f"WHERE id = %(prompt)s AND target_id = %(member)s AND state = '{PromptState.QUEUED}') "
+                f"p AS ({queue_adapter.prompt_started_sql(now='%(now)s', prompt='%(prompt)s', member='%(member)s')}) "
                 f"{usage_clause}"
                 f"SELECT (SELECT id FROM h), (SELECT seq FROM d), (SELECT state FROM lk), (SELECT queued_at FROM d)"
                 + "".join(f", (SELECT {column} FROM d)" for column in more)

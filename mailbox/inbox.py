@@ -6,10 +6,15 @@ guarantee as a connected one.
 """
 import json
 
+from pydantic import TypeAdapter, ValidationError
+
 from mailbox import hot_path, quota, selectors, wire
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind, MessageState
-from teams.errors import TeamError
+from mailbox.tools import validation_summary
+from teams.errors import ErrorCode, TeamError
+
+_entries = TypeAdapter(list[wire.Entry])
 
 
 def inbox_read(*, member, after_seq: int, limit: int) -> dict:
@@ -26,6 +31,20 @@ def inbox_read(*, member, after_seq: int, limit: int) -> dict:
         "next_cursor": next_cursor,
         "last_seq": messages[-1].seq if messages else after_seq,
     }
+
+
+def entries_parse(raw) -> list[wire.Entry]:
+    """A bulk report's entries, as the websocket's ``entry`` frames have them: 1 to
+    ``quota.entries_per_request()`` of them (more: the quota's refusal, before any is read)."""
+    limit = quota.entries_per_request()
+    if not isinstance(raw, list) or not raw:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, f"entries is a list of 1-{limit} entries.")
+    if len(raw) > limit:
+        raise quota.too_many_entries(len(raw))
+    try:
+        return _entries.validate_python(raw)
+    except ValidationError as exc:
+        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
 
 
 async def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:

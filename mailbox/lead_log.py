@@ -178,6 +178,17 @@ def member_logged(*, team_id: int, data: dict, status: str | None = None) -> Non
         events.dashboard_notify(team_id, "member", member=data["member"], status=status)
 
 
+def member_status_logged(member, previous: str) -> None:
+    """A member's status moved from ``previous`` (a session's hello, status, close; a failed
+    start): one record and doorbell; nothing when it did not move."""
+    if member.status != previous:
+        member_logged(
+            team_id=member.team_id,
+            data={"member": member.name, "status": member.status, "previous": previous},
+            status=member.status,
+        )
+
+
 def budget_logged(*, team_id: int, data: dict) -> None:
     """The team's token budget was set (``data``: the tokens, and by whom)."""
     LeadLogRecord.objects.create(team_id=team_id, kind=LogKind.BUDGET, data=data)

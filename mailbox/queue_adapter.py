@@ -6,10 +6,12 @@ prompt turn under way: never merged into a running turn, never two at once. A
 member with no session is started for it, as it would be for a message. A
 session that says hello, or reports itself idle, is offered the next prompt
 (mailbox/sessions.py); the prompt is ``started`` when the session's history
-records the prompt entry (in that entry's commit: mailbox/hot_path.py's EntryJob),
-and ``completed`` with the turn. At most ``MAX_QUEUED_PROMPTS_PER_MEMBER`` wait
-for one member (``PROMPT_QUEUE_FULL``), as a target's undelivered team messages
-are capped.
+records the prompt entry (in that entry's commit: mailbox/hot_path.py's EntryJob
+runs ``prompt_started_sql`` and rings ``prompt_ring``), and ``completed`` when the
+session reports itself idle again (``prompt_turn_ended``). At most
+``MAX_QUEUED_PROMPTS_PER_MEMBER`` wait for one member (``PROMPT_QUEUE_FULL``), as
+a target's undelivered team messages are capped. Every change of a prompt rings
+the team's dashboards with ``kind: "prompt"``.
 """
 from django.conf import settings
 from django.db import transaction
@@ -51,7 +53,7 @@ def prompt_store(*, team_id: int, target_name: str, author, content: str) -> Hum
                 limit=cap,
             )
         prompt = HumanPrompt.objects.create(team_id=team_id, target=target, author=author, content=content)
-        events.dashboard_notify(team_id, "prompt", member=target.name, prompt_id=prompt.id)
+        _prompts_changed(team_id=team_id, member_name=target.name, prompt_id=prompt.id)
     return prompt
 
 
@@ -113,5 +115,41 @@ def prompt_withdraw(*, prompt_id: str) -> bool:
             state=PromptState.COMPLETED, completed_at=timezone.now()
         )
         if withdrawn:
-            events.dashboard_notify(member.team_id, "prompt", member=member.name, prompt_id=prompt_id)
+            _prompts_changed(team_id=member.team_id, member_name=member.name, prompt_id=prompt_id)
     return bool(withdrawn)
+
+
+# --- a prompt's turn starts and ends ---------------------------------------------------------
+def prompt_started_by(entry) -> str | None:
+    """The prompt a history entry starts the turn of (its ``prompt_id``), if it is a prompt entry."""
+    return entry.prompt_id if entry.kind == "prompt" else None
+
+
+def prompt_started_sql(*, now: str, prompt: str, member: str) -> str:
+    """The statement that marks a prompt ``started``, run in the commit of the history entry
+    that starts its turn (mailbox/hot_sql.py builds the entry's statements with it): only a
+    queued prompt, only the member's own. ``now``, ``prompt``, ``member``: the placeholders
+    (or SQL) the caller's statement passes them as."""
+    return (
+        f"UPDATE {HumanPrompt._meta.db_table} SET state = '{PromptState.STARTED}', started_at = {now} "
+        f"WHERE id = {prompt} AND target_id = {member} AND state = '{PromptState.QUEUED}'"
+    )
+
+
+def prompt_ring(*, team_id: int, member_name: str, prompt_id: str | None = None) -> tuple[int, str, dict]:
+    """The dashboards' doorbell for a change of a member's prompts: (team, kind, data)."""
+    return team_id, "prompt", {"member": member_name, **({"prompt_id": prompt_id} if prompt_id else {})}
+
+
+def _prompts_changed(*, team_id: int, member_name: str, prompt_id: str) -> None:
+    """Ring the dashboards after the commit (``prompt_ring``)."""
+    team, kind, data = prompt_ring(team_id=team_id, member_name=member_name, prompt_id=prompt_id)
+    events.dashboard_notify(team, kind, **data)
+
+
+def prompt_turn_ended(*, member_id: int) -> None:
+    """The member's session is idle: the prompt turn it was in, if any, is ``completed``.
+    In the caller's transaction (the status it records)."""
+    HumanPrompt.objects.filter(target_id=member_id, state=PromptState.STARTED).update(
+        state=PromptState.COMPLETED, completed_at=timezone.now()
+    )

@@ -18,7 +18,6 @@ thread: no SQL, no lock, no round trip. The buckets live in the server process:
 a deployment of N processes behind a load balancer lets a member or token use up
 to N times each budget (each process enforces its own share).
 """
-import hashlib
 import math
 import time
 
@@ -116,11 +115,6 @@ def entry_charge(*, member_id: int, size: int) -> None:
             limit={"bytes_per_minute": per_minute},
             retry_after=round(wait, 3),
         )
-
-
-def token_key(token: str) -> str:
-    """What a token's request bucket is kept under: its SHA-256, never the token."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def request_charge(key, cost: int = 1) -> None:

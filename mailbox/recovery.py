@@ -15,7 +15,7 @@ every ``SWEEP_INTERVAL`` and by ``manage.py sweep``:
 
 ``presence_reconcile`` ends this process's own sessions and hosts whose websockets
 closed without their detach (the database was out of reach then).
-``host_arrived`` runs the same for one team when a host connects, and
+``host_catch_up`` runs the same for one team when a host connects (mailbox/hosts.py), and
 ``sessions_ring_again`` for the sessions this process holds when Redis comes
 back (mailbox/events.py runs it; mailbox/apps.py registers it). Every step
 goes through the transitions of mailbox/delivery.py; each is idempotent, so
@@ -214,7 +214,7 @@ def presence_reconcile() -> dict:
     ended = _sessions_end(ghosts)
     gone_hosts = [channel for channel in host_rows if channel not in held]
     for channel in gone_hosts:
-        sessions.host_disconnected(channel=channel)
+        hosts.host_disconnected(channel=channel)
     _resume_elsewhere(ended)
     if ghosts or gone_hosts:
         log.warning(
@@ -224,12 +224,11 @@ def presence_reconcile() -> dict:
     return {"sessions_closed": len(ghosts), "hosts_dropped": len(gone_hosts)}
 
 
-def host_arrived(*, team_id: int, channel: str) -> None:
-    """A host connected to the team (its websocket ``channel``): record it, then let it
-    provision and resume what was waiting for one."""
-    presence.host_attached(team_id=team_id, channel=channel)
-    Member.objects.filter(team_id=team_id).update(start_requested_at=None)
-    hosts.members_start_pending(team_id=team_id)
+def host_catch_up(*, team_id: int) -> None:
+    """A host arrived for the team (mailbox/hosts.py's ``host_arrived`` runs this, handed
+    over by mailbox/apps.py): admit what waited for one (and push again what was accepted
+    for a member whose start may have gone to a host that is gone), then start the
+    members a prompt or an unfinished turn waits for."""
     waiting = (
         TeamMessage.objects.filter(UNDELIVERED, team_id=team_id, state=MessageState.QUEUED)
         .values_list("target_id", flat=True)

@@ -219,6 +219,13 @@ def message_get(*, team: Team, message_id: str) -> TeamMessage:
     return message
 
 
+def prompts_latest(*, team: Team, limit: int = 100) -> list[HumanPrompt]:
+    """A team's latest human prompts, newest first, with their targets and authors."""
+    return list(
+        HumanPrompt.objects.filter(team=team).select_related("target", "author").order_by("-created_at")[:limit]
+    )
+
+
 def prompt_out(prompt: HumanPrompt) -> dict:
     return {
         "id": prompt.id,

@@ -16,7 +16,9 @@ from django.db import transaction
 from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
-from mailbox import activity, asks, faults, hosts, hot_path, idempotency, log_context, metrics, sessions, tracing, usage, waiting
+from mailbox import (
+    activity, asks, faults, hosts, hot_path, idempotency, interrupt, log_context, metrics, tracing, usage, waiting,
+)
 from mailbox import selectors as mailbox_selectors
 from mailbox.db import to_db_thread
 from mailbox.models import MessageKind
@@ -83,7 +85,7 @@ def _list_agents(member: Member, args: schemas.ListAgentsArgs) -> dict:
 
 
 def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:
-    return {"previous_status": sessions.member_interrupt(lead=lead, target_name=args.target)}
+    return {"previous_status": interrupt.member_interrupt(lead=lead, target_name=args.target)}
 
 
 def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:

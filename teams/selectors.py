@@ -24,8 +24,17 @@ def team_by_host_token(*, token: str) -> Team | None:
     return Team.objects.filter(host_token_hash=token_hash(token)).first()
 
 
+def team_list() -> list[Team]:
+    """Every team, by name."""
+    return list(Team.objects.order_by("name"))
+
+
+def team_by_name(*, name: str) -> Team | None:
+    return Team.objects.filter(name=name).first()
+
+
 def team_get(*, name: str) -> Team:
-    team = Team.objects.filter(name=name).first()
+    team = team_by_name(name=name)
     if team is None:
         raise TeamError(ErrorCode.NOT_FOUND, f"No team named {name!r}.")
     return team

@@ -31,7 +31,12 @@ def token_new(prefix: str) -> str:
 
 
 def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    """A token's SHA-256 (hex): the one digest of a bearer token of any kind (member, host,
+    operator, A2A credential). What is stored instead of the token, and what the
+    process's lookup cache, its open sockets and the token's request bucket are kept
+    under (mailbox/auth.py, mailbox/quota.py). A lone surrogate is hashed as it is,
+    never an error (it then matches no token)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def start_token_create(*, member) -> tuple[str, list[str]]:

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "frontend", "mailbox", "teams")
+PACKAGES = ("accounts", "sdk/steerboard_agents", "sdk/steerboard_protocol", "config", "delegation", "demo", "frontend", "mailbox", "teams")
 
 
 def _module_name(path: Path) -> str:
@@ -186,14 +186,19 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 # Which package may import which (docs/code.md, "Imports"): the SDK nothing of the server; teams
 # (the roster and the board) and accounts (people) nothing of the mailbox, A2A or the dashboard;
-# the mailbox nothing of the transports above it.
-SERVER = {"accounts", "config", "delegation", "frontend", "mailbox", "teams"}
+# the mailbox nothing of the transports above it. Only the demo (which runs a team host and its
+# sessions beside the server) imports the SDK, and nothing of the server imports the demo.
+SERVER = {"accounts", "config", "delegation", "demo", "frontend", "mailbox", "teams"}
+NOT_THE_SDK_NOR_THE_DEMO = {"steerboard_agents", "demo"}
 MAY_NOT_IMPORT = {
     "steerboard_protocol": SERVER | {"steerboard_agents"},
     "steerboard_agents": SERVER,
-    "teams": {"accounts", "delegation", "frontend", "mailbox"},
-    "accounts": {"delegation", "frontend", "mailbox"},
-    "mailbox": {"delegation", "frontend"},
+    "teams": {"accounts", "delegation", "frontend", "mailbox"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "accounts": {"delegation", "frontend", "mailbox"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "mailbox": {"delegation", "frontend"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "delegation": {"frontend"} | NOT_THE_SDK_NOR_THE_DEMO,
+    "frontend": NOT_THE_SDK_NOR_THE_DEMO,
+    "config": NOT_THE_SDK_NOR_THE_DEMO,
 }
 
 
@@ -217,3 +222,41 @@ def test_the_protocol_package_imports_nothing_of_either_side():
     protocol = {m: deps for m, deps in graph.items() if m.startswith("steerboard_protocol")}
     assert protocol, "sdk/steerboard_protocol is not read"
     assert all(dep.startswith("steerboard_protocol") for deps in protocol.values() for dep in deps), protocol
+
+
+# The transports (docs/code.md, "Imports"): they parse, call a service or a selector, and
+# render. Below them the services and selectors, which import no transport; the transports
+# query no model themselves (no ORM manager in their source).
+TRANSPORTS = (
+    "config.asgi", "delegation.handler", "delegation.server", "frontend.console_views", "frontend.consumers",
+    "frontend.views", "mailbox.api", "mailbox.consumers", "mailbox.edge", "mailbox.mcp_server",
+)
+# What wires the transports to their paths (and the app that registers the OpenAPI extension),
+# and the command that drives the whole product.
+WIRING = ("config", "mailbox.apps", "mailbox.urls", "mailbox.routing", "frontend.urls", "frontend.routing", "demo")
+
+
+def _is(module: str, names: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in names)
+
+
+def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
+    graph = import_graph()
+    assert _is("mailbox.api.inbox", TRANSPORTS) and "mailbox.consumers" in graph
+    upward = [
+        f"{module} imports {name}"
+        for module, imported in sorted(graph.items())
+        if not _is(module, TRANSPORTS) and not _is(module, WIRING)
+        for name in sorted(imported)
+        if _is(name, TRANSPORTS)
+    ]
+    assert not upward, "services and selectors import no transport (docs/code.md, \"Imports\"):\n" + "\n".join(upward)
+    modules = project_modules()
+    querying = [
+        f"{name}:{node.lineno}"
+        for name, path in sorted(modules.items())
+        if _is(name, TRANSPORTS)
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute) and node.attr == "objects"
+    ]
+    assert not querying, "a transport queries the ORM itself; read through a selector or a service:\n" + "\n".join(querying)

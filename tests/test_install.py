@@ -30,7 +30,7 @@ def test_outside_the_checkout_mailbox_is_the_standard_librarys_and_the_server_is
     found = _run("import mailbox; print(mailbox.__file__)", tmp_path)
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()).parent == Path(sysconfig.get_paths()["stdlib"])
-    for name in ("teams", "config", "frontend", "accounts", "delegation", "agents"):
+    for name in ("teams", "config", "frontend", "accounts", "delegation", "demo", "agents"):
         missing = _run(f"import {name}", tmp_path)
         assert "ModuleNotFoundError" in missing.stderr, f"{name} is importable outside the checkout: {missing.stdout}"
     # The SDK is installed (editable, scripts/setup.sh) and imports from anywhere.

@@ -10,8 +10,8 @@ from accounts.tokens import operator_token_user
 from mailbox import archive
 from mailbox.api.errors import error_json
 from mailbox.db import to_db_thread
+from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
-from teams.models import Team
 
 LINES_PER_CHUNK = archive.PAGE
 
@@ -50,7 +50,7 @@ async def team_export(request, team):
                         "a signed-in operator's session.", **{"WWW-Authenticate": 'Token realm="steerboard"'})
     if not await to_db_thread(is_operator)(user):
         return _refusal(ErrorCode.FORBIDDEN, "Only operators may export a team.")
-    found = await to_db_thread(Team.objects.filter(name=team).first)()
+    found = await to_db_thread(team_selectors.team_by_name)(name=team)
     if found is None:
         return _refusal(ErrorCode.NOT_FOUND, f"No team {team!r}.")
     since = request.GET.get("since")

@@ -10,18 +10,12 @@
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from pydantic import TypeAdapter, ValidationError
-
 from mailbox import inbox as inbox_service
 from mailbox import edge, policy, quota, wire
 from mailbox.api.errors import error_json
 from mailbox.api.tools import _member, _method, tool_invoke
 from mailbox.db import to_db_thread
-from mailbox.tools import validation_summary
 from teams.errors import ErrorCode, TeamError
-
-_entries = TypeAdapter(list[wire.Entry])
-
 
 def _whole(request, name: str, default: int) -> int:
     raw = request.GET.get(name)
@@ -65,16 +59,7 @@ async def session_entries(request):
             raise TeamError(
                 ErrorCode.VALIDATION_ERROR, 'Send {"entries": [entry, ...]} or {"entry": entry}, entries as on the websocket.'
             )
-        raw = body["entries"] if "entries" in body else [body["entry"]]
-        limit = quota.entries_per_request()
-        if not isinstance(raw, list) or not raw:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, f"entries is a list of 1-{limit} entries.")
-        if len(raw) > limit:
-            raise quota.too_many_entries(len(raw))
-        try:
-            entries = _entries.validate_python(raw)
-        except ValidationError as exc:
-            raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
+        entries = inbox_service.entries_parse(body["entries"] if "entries" in body else [body["entry"]])
         acks = await inbox_service.entries_ack(member=member, entries=entries)
     except TeamError as exc:
         response = error_json(exc)

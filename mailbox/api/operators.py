@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from accounts.authentication import OperatorTokenAuthentication
 from mailbox import asks, budget, delivery, lead_log, lifecycle, queue_adapter, selectors, usage, wire
 from mailbox.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
+from mailbox.message_query import MessageFilterIn, MessageListIn
 from mailbox.models import AskState, MessageState
 from teams import selectors as team_selectors
 from teams import services as team_services
@@ -58,8 +59,7 @@ class TeamsView(_Api):
 
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="List teams", operation_id="teams_list")
     def get(self, request):
-        teams = Team.objects.order_by("name")
-        return Response({"teams": [{"team": t.name, "created_at": t.created_at} for t in teams]})
+        return Response({"teams": [{"team": t.name, "created_at": t.created_at} for t in team_selectors.team_list()]})
 
     @extend_schema(request=TeamCreateIn, responses={201: OpenApiTypes.OBJECT}, summary="Create a team with its Lead")
     def post(self, request):
@@ -90,27 +90,6 @@ class TeamDetailView(_Api):
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="A team's roster with message counts, and its board")
     def get(self, request, team):
         return Response(selectors.team_summary(team=self.team()))
-
-
-class MessageFilterIn(serializers.Serializer):
-    """The message filters (docs/api.md), combinable; every one optional."""
-
-    target = serializers.CharField(required=False, allow_blank=True, max_length=63)
-    sender = serializers.CharField(required=False, allow_blank=True, max_length=63)
-    state = serializers.ChoiceField(choices=MessageState.values, required=False)
-    thread = serializers.CharField(required=False, allow_blank=True, max_length=64)
-    q = serializers.CharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False)
-    since = serializers.DateTimeField(required=False)
-    until = serializers.DateTimeField(required=False)
-
-    def filters(self) -> dict:
-        data = self.validated_data
-        return {key: data.get(key) or None for key in ("target", "sender", "state", "thread", "q", "since", "until")}
-
-
-class MessageListIn(MessageFilterIn):
-    cursor = serializers.CharField(required=False, allow_blank=True, max_length=512)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 
 
 FILTER_PARAMETERS = [
@@ -227,10 +206,7 @@ class PromptsView(_Api):
 
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="Human prompts of a team, newest first")
     def get(self, request, team):
-        from mailbox.models import HumanPrompt
-
-        prompts = HumanPrompt.objects.filter(team=self.team()).select_related("target", "author")
-        return Response({"prompts": [selectors.prompt_out(p) for p in prompts.order_by("-created_at")[:100]]})
+        return Response({"prompts": [selectors.prompt_out(p) for p in selectors.prompts_latest(team=self.team())]})
 
     @extend_schema(request=PromptIn, responses={201: OpenApiTypes.OBJECT}, summary="Send a human prompt (Queue adapter)")
     def post(self, request, team):

@@ -6,7 +6,7 @@ import django.db
 import pytest
 from channels.db import database_sync_to_async
 
-from delegation import server, tasks
+from delegation import selectors, server, tasks
 from delegation.credentials import credential_create
 from delegation.models import DelegatedTask
 from mailbox import outage, queue_adapter, quota
@@ -131,9 +131,9 @@ def unavailable(response) -> None:
 async def test_a_database_out_of_reach_at_the_gate_answers_503_with_retry_after_not_500(api, database_away):
     _, token = await crew(api)
     headers = {**A2A_VERSION, "Authorization": f"Bearer {token}"}
-    database_away(server, "_member_of_path")
+    database_away(selectors, "member_of_path")
     unavailable(await api.http.get(PATH + ".well-known/agent-card.json"))
-    database_away(server, "_lead_of_team")
+    database_away(selectors, "lead_of_team")
     unavailable(await api.http.get("/a2a/alpha/.well-known/agent-card.json"))
     database_away(server, "_authenticated")
     unavailable(await rpc(api.http, token, "GetTask", {"id": "t"}, path=PATH))

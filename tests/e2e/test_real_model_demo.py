@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from frontend.management.commands.demo import REAL_KICKOFF
+from demo.management.commands.demo import REAL_KICKOFF
 from tests.e2e.test_keyless_demo import FAST, demo, demo_env
 from tests.support.fake_models import FakeVendor, Reply, Tokens
 from tests.support.live import ROOT, embedded_run_only, free_port

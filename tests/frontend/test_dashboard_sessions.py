@@ -128,7 +128,7 @@ async def test_signing_in_again_elsewhere_closes_nothing(checks, monkeypatch):
     socket = await _open(mine)
     await _signed_in("viewer")  # saves last_login: no session of the user ends by it
     monkeypatch.setattr(consumers, "SESSION_RECHECK_INTERVAL", 0.05)
-    consumers._recheck_now.set()
+    consumers.session_watch().recheck_now()
     await _until(lambda: len(checks) >= 2)  # two checks ran since, and found it signed in
     await _still_open(socket)
     await socket.disconnect()
@@ -153,7 +153,7 @@ async def test_the_periodic_recheck_closes_what_no_doorbell_announced(checks, mo
     await asyncio.sleep(0.2)
     assert checks == []  # nothing rang: the sockets are open until the recheck
     monkeypatch.setattr(consumers, "SESSION_RECHECK_INTERVAL", 0.1)
-    consumers._recheck_now.set()  # the hour-long wait ends; the next ones are 0.1 s
+    consumers.session_watch().recheck_now()  # the hour-long wait ends; the next ones are 0.1 s
     for name in ("deactivated", "expired", "deleted"):
         await _closed_4401(sockets[name])
     await _still_open(sockets["kept"])
@@ -165,10 +165,12 @@ async def test_a_session_check_reads_the_sessions_and_their_users_once_for_all_s
     keys = [await _signed_in("viewer", team="alpha"), await _signed_in("viewer"), await _signed_in("someone")]
     sockets = [await _open(key) for key in keys] + [await _open(keys[0], "/ws/dashboard/")]
 
+    watched = consumers.session_watch().sockets
+
     def check():
         with CaptureQueriesContext(connection) as queries:
             ended = account_sessions.sessions_signed_out(
-                sessions={s.session_key: s.user_id for s in consumers._signed_in}
+                sessions={s.session_key: s.user_id for s in watched}
             )
         return ended, len(queries)
 

@@ -15,7 +15,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import OperationalError
 
-from mailbox import recovery, sessions
+from mailbox import hosts, recovery, sessions
 from mailbox.models import HostPresence, SessionPresence
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -23,8 +23,8 @@ from tests.support.inproc import Agent, spawn, team_new
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _failing_once(monkeypatch, name: str) -> list[str]:
-    real = getattr(sessions, name)
+def _failing_once(monkeypatch, module, name: str) -> list[str]:
+    real = getattr(module, name)
     failed: list[str] = []
 
     def once(**kwargs):
@@ -33,7 +33,7 @@ def _failing_once(monkeypatch, name: str) -> list[str]:
             raise OperationalError("connection to server at \"127.0.0.1\", port 5432 failed: Connection refused")
         return real(**kwargs)
 
-    monkeypatch.setattr(sessions, name, once)
+    monkeypatch.setattr(module, name, once)
     return failed
 
 
@@ -51,8 +51,8 @@ async def test_a_session_and_a_host_whose_detach_failed_are_ended_once_the_datab
     session = Agent(impl)
     await session.connect("idle")
     await _until(lambda: HostPresence.objects.exists())
-    session_failed = _failing_once(monkeypatch, "session_closed")
-    host_failed = _failing_once(monkeypatch, "host_disconnected")
+    session_failed = _failing_once(monkeypatch, sessions, "session_closed")
+    host_failed = _failing_once(monkeypatch, hosts, "host_disconnected")
 
     await session.close()
     await host.close()

@@ -43,7 +43,7 @@ def phase_of(name: str) -> str:
 
 async def start_failure_handled(error: str) -> None:
     """The host's start_failed frame is handled: its Lead-log record is committed, in the
-    transaction that fails the member (mailbox/sessions.host_start_failed)."""
+    transaction that fails the member (mailbox/hosts.host_start_failed)."""
     recorded = database_sync_to_async(lambda: LeadLogRecord.objects.filter(data__start_failed=error).exists())
     for _ in range(200):
         if await recorded():

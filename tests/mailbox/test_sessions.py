@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
-from mailbox import delivery, hot_path, presence, queue_adapter, sessions
+from mailbox import delivery, hosts, hot_path, interrupt, presence, queue_adapter, sessions
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, SessionPresence
 from teams.errors import ErrorCode, TeamError
@@ -125,25 +125,25 @@ async def test_only_the_lead_interrupts_and_only_a_running_teammate_hears_it():
     layer = get_channel_layer()
     channel = await layer.new_channel()
     team, lead, (worker, other) = await sync_to_async(_team)(("worker", "other"))
-    interrupt = sync_to_async(sessions.member_interrupt)
+    interrupting = sync_to_async(interrupt.member_interrupt)
     for caller, target, code in [
         (worker, "other", ErrorCode.LEAD_ONLY),
         (lead, "nobody", ErrorCode.TEAM_UNKNOWN_TARGET),
         (lead, "lead", ErrorCode.TEAM_SELF_MESSAGE),
     ]:
         with pytest.raises(TeamError) as refused:
-            await interrupt(lead=caller, target_name=target)
+            await interrupting(lead=caller, target_name=target)
         assert refused.value.code == code
 
     await sync_to_async(sessions.session_hello)(member_id=worker.pk, state=SessionState.IDLE, channel=channel)
-    assert await interrupt(lead=lead, target_name="worker") == Status.IDLE
+    assert await interrupting(lead=lead, target_name="worker") == Status.IDLE
     sent, _ = await sync_to_async(message_send)(sender=lead, target_name="worker", content="after")
     # The first event on the session's channel is the steer sent after: interrupting the
     # idle member sent nothing before it.
     steer = await _next(layer, channel)
     assert steer["type"] == "session.steer" and steer["message"]["id"] == sent.id
     await sync_to_async(sessions.session_status)(member_id=worker.pk, state=SessionState.RUNNING, channel=channel)
-    assert await interrupt(lead=lead, target_name="worker") == Status.RUNNING
+    assert await interrupting(lead=lead, target_name="worker") == Status.RUNNING
     assert await _next(layer, channel) == {"type": "session.interrupt"}
     await sync_to_async(presence.session_detached)(channel=channel)
 
@@ -154,9 +154,9 @@ def test_a_failed_start_fails_a_new_teammate_and_keeps_one_that_has_run_inactive
     sessions.session_closed(member_id=veteran.pk, channel="veteran-1")
     Member.objects.filter(pk__in=[fresh.pk, veteran.pk]).update(start_requested_at="2026-01-01T00:00:00Z")
 
-    sessions.host_start_failed(team_id=team.pk, member_name="fresh", error="no such image")
-    sessions.host_start_failed(team_id=team.pk, member_name="veteran", error="x" * 3000)
-    sessions.host_start_failed(team_id=team.pk, member_name="nobody", error="ignored")  # not a member: nothing
+    hosts.host_start_failed(team_id=team.pk, member_name="fresh", error="no such image")
+    hosts.host_start_failed(team_id=team.pk, member_name="veteran", error="x" * 3000)
+    hosts.host_start_failed(team_id=team.pk, member_name="nobody", error="ignored")  # not a member: nothing
 
     fresh, veteran = _member(fresh.pk), _member(veteran.pk)
     assert fresh.phase == Phase.FAILED and fresh.start_requested_at is None
@@ -172,7 +172,7 @@ def test_a_host_that_disconnects_is_no_longer_present():
     team, _, _ = _team()
     presence.host_attached(team_id=team.pk, channel="host-a")
     presence.host_attached(team_id=team.pk, channel="host-b")
-    sessions.host_disconnected(channel="host-a")
+    hosts.host_disconnected(channel="host-a")
     assert list(HostPresence.objects.values_list("channel", flat=True)) == ["host-b"]
-    sessions.host_disconnected(channel="host-b")
+    hosts.host_disconnected(channel="host-b")
     assert not HostPresence.objects.exists()

@@ -55,10 +55,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from accounts.operators import is_operator
 from accounts.tokens import operator_token_create
 from frontend.daphne_process import DEPLOYMENT_TIMEOUTS, DaphneFailed, DaphneProcess
 from steerboard_agents.registry import NAMES, member_and_name, models_choose
-from mailbox.api.permissions import is_operator
 from teams.errors import TeamError
 from teams.models import Member, Role, Team
 from teams.services import member_token_create, team_create, team_host_token_replace
