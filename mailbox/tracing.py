@@ -35,7 +35,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 
 from steerboard_protocol.tracing import (
-    TRACEPARENT, TRACESTATE, TRACESTATE_MAX, exporters, traces_asked,
+    TRACEPARENT, TRACESTATE, TRACESTATE_MAX, provider_from, traces_asked,
 )
 
 log = logging.getLogger(__name__)
@@ -58,28 +58,9 @@ def asked(environ=os.environ) -> bool:
 def configure(environ=os.environ) -> bool:
     """At start-up (mailbox/apps.py): a tracer provider exporting what the OTEL_* variables
     say (``otlp``, the default, over HTTP/protobuf; ``console``), when they ask for one."""
-    if not asked(environ):
+    provider = provider_from(environ, service="steerboard", installs="pip install steerboard[otel]")
+    if provider is None:
         return False
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-    except ImportError:
-        log.warning("OTEL_* asks for traces but opentelemetry-sdk is not installed (pip install steerboard[otel])")
-        return False
-    provider = TracerProvider(resource=Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "steerboard")}))
-    for name in exporters(environ):
-        if name == "console":
-            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-        elif name == "otlp":
-            try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            except ImportError:
-                log.warning("OTEL_TRACES_EXPORTER=otlp needs opentelemetry-exporter-otlp-proto-http")
-                continue
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        else:
-            log.warning("OTEL_TRACES_EXPORTER=%s: not an exporter Steerboard knows (otlp, console)", name)
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)  # the process's, for whatever else traces in it

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import os
 
-from steerboard_protocol.tracing import TRACEPARENT, TRACESTATE, TRACESTATE_MAX, exporters, traces_asked
+from steerboard_protocol.tracing import TRACEPARENT, TRACESTATE, TRACESTATE_MAX, provider_from
 
 log = logging.getLogger(__name__)
 
@@ -57,29 +57,9 @@ def configure(environ=os.environ) -> bool:
     """For the command line: when the ``OTEL_*`` variables ask for traces, a tracer provider
     exporting what they name (``otlp`` over HTTP/protobuf, ``console``), set as the global one.
     ``OTEL_SERVICE_NAME`` names the service (``steerboard-agents`` by default)."""
-    if not traces_asked(environ):
+    provider = provider_from(environ, service="steerboard-agents", installs="pip install opentelemetry-sdk")
+    if provider is None:
         return False
-    try:
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-    except ImportError:
-        log.warning("OTEL_* asks for traces but opentelemetry-sdk is not installed: the session does not trace")
-        return False
-    name = environ.get("OTEL_SERVICE_NAME", "steerboard-agents")
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
-    for exporter in exporters(environ):
-        if exporter == "console":
-            provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-        elif exporter == "otlp":
-            try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            except ImportError:
-                log.warning("OTEL_TRACES_EXPORTER=otlp needs opentelemetry-exporter-otlp-proto-http")
-                continue
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        else:
-            log.warning("OTEL_TRACES_EXPORTER=%s: not an exporter the session knows (otlp, console)", exporter)
     _trace.set_tracer_provider(provider)
     return True
 
