@@ -9,7 +9,7 @@ product's public surfaces only.
   commands (``team_create``, ``operator_create``, ``delivery_audit``) with it.
 - ``Server``: ``python -m daphne -b 127.0.0.1 -p PORT config.asgi:application``
   with that environment, ready once ``/readyz`` answers 200: the project's one daphne
-  launcher (frontend/daphne_process.py, shared with ``manage.py demo`` and the tests), on a
+  launcher (demo/daphne_process.py, shared with ``manage.py demo`` and the tests), on a
   port claimed there (no other process can be handed it meanwhile).
 - ``provision_teams``: many teams at once, each made with ``POST /api/v1/teams`` as an
   operator, then provisioned as below.
@@ -40,7 +40,7 @@ import websockets
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from frontend.daphne_process import DaphneProcess, port_claim  # noqa: E402
+from demo.daphne_process import DaphneProcess, port_claim  # noqa: E402
 from steerboard_agents.client import ServerClient  # noqa: E402
 
 PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
@@ -121,7 +121,7 @@ class Environment:
 
 
 class Server(DaphneProcess):
-    """One daphne process serving config.asgi:application (frontend/daphne_process.py)."""
+    """One daphne process serving config.asgi:application (demo/daphne_process.py)."""
 
     def __init__(self, environment: Environment, port: int | None = None):
         self.environment = environment

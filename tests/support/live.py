@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from frontend import daphne_process
-from frontend.daphne_process import port_claim
+from demo import daphne_process
+from demo.daphne_process import port_claim
 from tests.support.services import postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from frontend.daphne_process import port_claim
+from demo.daphne_process import port_claim
 
 
 def _port_open(port: int) -> bool:

@@ -57,7 +57,7 @@ from django.db import connections
 
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_create
-from frontend.daphne_process import DEPLOYMENT_TIMEOUTS, DaphneFailed, DaphneProcess
+from demo.daphne_process import DEPLOYMENT_TIMEOUTS, DaphneFailed, DaphneProcess
 from steerboard_agents.registry import NAMES, member_and_name, models_choose
 from teams.errors import TeamError
 from teams.models import Member, Role, Team

@@ -1,7 +1,8 @@
 """One daphne process serving ``config.asgi:application``: the one way the project starts
-one, for ``manage.py demo`` (frontend/management/commands/demo.py), the tests' live
+one, for ``manage.py demo`` (demo/management/commands/demo.py), the tests' live
 environments (tests/support/live.py) and the benchmarks (bench/harness.py). It lives
-beside the demo, not in ``config`` (which imports ``frontend``: no package circle).
+beside the demo, which nothing of the server imports, not in ``config`` (which imports
+the apps: no package circle).
 
 Django-free (the standard library and httpx): its callers need no settings, and the
 process it starts reads its own from the environment it is handed. The process leads a
