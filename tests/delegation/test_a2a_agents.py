@@ -220,7 +220,7 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(in
     model = AskingModel()
     session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
     running = asyncio.create_task(session.run())
-    token = await asyncio.to_thread(credential, team, "planner")
+    token = await asyncio.to_thread(credential, team, "asking-planner")
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
         async with http(token) as h:
