@@ -450,9 +450,9 @@ async def test_every_field_of_every_a2a_method_and_binding_survives_the_hostile_
     A hostile configuration can make a valid SendMessage one that blocks: it waits for a turn
     that never comes here, a twentieth of a second rather than the minute a caller is given
     (the wait's own end is tests/delegation's)."""
-    from delegation import handler
+    from delegation import tasks
 
-    monkeypatch.setattr(handler, "SEND_WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(tasks, "SEND_WAIT_SECONDS", 0.05)
     server = await Served().start()
     try:
         team = await manage_json("team_create", "fuzz")
