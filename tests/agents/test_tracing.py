@@ -7,12 +7,10 @@ import asyncio
 import json
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from steerboard_agents import tracing
 from steerboard_agents.client import SocketTools
+from tests.support.spans import sdk_in_memory_spans
 
 TRACES = ["4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c", "5b8aa5a2d2c872e8321cf37308d69df2"]
 SPAN = "00f067aa0ba902b7"
@@ -28,13 +26,8 @@ def steered(n: int, trace: int | None = None) -> dict:
 
 @pytest.fixture
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    yield exporter
-    tracing.use(None)
-    provider.shutdown()
+    with sdk_in_memory_spans() as exporter:
+        yield exporter
 
 
 def test_a_turn_continues_its_first_traced_message_and_links_the_others(spans):

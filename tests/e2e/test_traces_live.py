@@ -13,13 +13,10 @@ import json
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
-from steerboard_agents import tracing as sdk_tracing
 from tests.agents.test_session_folding import until
+from tests.support.spans import sdk_in_memory_spans
 from tests.support.live import DaphneProcess, LiveEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -80,13 +77,8 @@ class Answer:
 
 @pytest.fixture
 def sdk_spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    sdk_tracing.use(provider)
-    yield exporter
-    sdk_tracing.use(None)
-    provider.shutdown()
+    with sdk_in_memory_spans() as exporter:
+        yield exporter
 
 
 async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets_turn_to_its_history(

@@ -10,17 +10,28 @@ from mailbox import tracing
 
 
 @contextlib.contextmanager
-def in_memory_spans():
-    """The server traces into an in-memory exporter while inside; not at all after."""
+def _in_memory(use, stop):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
+    use(provider)
     try:
         yield exporter
     finally:
-        tracing.stop()
+        stop()
         provider.shutdown()
+
+
+def in_memory_spans():
+    """The server traces into an in-memory exporter while inside; not at all after."""
+    return _in_memory(tracing.use, tracing.stop)
+
+
+def sdk_in_memory_spans():
+    """The SDK (steerboard_agents/tracing.py) traces into an in-memory exporter while inside."""
+    from steerboard_agents import tracing as sdk_tracing
+
+    return _in_memory(sdk_tracing.use, lambda: sdk_tracing.use(None))
 
 
 def by_name(exporter, name: str):
