@@ -32,8 +32,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox import budget, events, faults, hot_sql, idempotency, log_context, metrics, quota, tracing, usage, wire
-from mailbox import queue_adapter
+from mailbox import (
+    budget, events, faults, hot_sql, idempotency, log_context, metrics, queue_adapter, quota, tracing, usage, wire,
+)
 from mailbox import writer as _writer
 from mailbox.answers import observation, send_answer, send_answer_now
 from mailbox.db import to_db_thread, writer

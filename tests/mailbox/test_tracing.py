@@ -28,7 +28,9 @@ def spans():
         yield exporter
 
 
-async def test_a_rest_send_continues_the_callers_trace_with_the_send_and_its_events(api, spans):
+async def traced_send(api, spans, **extra_headers):
+    """The Lead's REST send_message to a connected, idle impl, with the caller's traceparent;
+    the spans of the set-up cleared first."""
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "impl")
     impl = Agent(await token_for("alpha", "impl"))
@@ -36,8 +38,14 @@ async def test_a_rest_send_continues_the_callers_trace_with_the_send_and_its_eve
     spans.clear()
     response = await api.http.post(
         "/api/v1/tools/send_message", json={"target": "impl", "message": "traced"},
-        headers={"Authorization": f"Bearer {team['lead']}", "traceparent": f"00-{TRACE_ID}-{PARENT}-01"},
+        headers={"Authorization": f"Bearer {team['lead']}", "traceparent": f"00-{TRACE_ID}-{PARENT}-01",
+                 **extra_headers},
     )
+    return team, impl, response
+
+
+async def test_a_rest_send_continues_the_callers_trace_with_the_send_and_its_events(api, spans):
+    team, impl, response = await traced_send(api, spans)
     assert response.status_code == 200, response.text
     sent = response.json()
     finished = {span.name: span for span in spans.get_finished_spans()}
@@ -140,16 +148,7 @@ def stored_trace(message_id: str) -> tuple:
 
 
 async def test_a_messages_trace_goes_from_the_senders_call_to_the_targets_history_entry(api, spans):
-    team = await team_new()
-    await spawn(api, team["lead"], "alpha", "impl")
-    impl = Agent(await token_for("alpha", "impl"))
-    await impl.connect("idle")
-    spans.clear()
-    response = await api.http.post(
-        "/api/v1/tools/send_message", json={"target": "impl", "message": "traced"},
-        headers={"Authorization": f"Bearer {team['lead']}", "traceparent": f"00-{TRACE_ID}-{PARENT}-01",
-                 "tracestate": "vendor=a"},
-    )
+    team, impl, response = await traced_send(api, spans, tracestate="vendor=a")
     assert response.status_code == 200, response.text
     message_id = response.json()["message_id"]
     send = by_name(spans, "send impl")
