@@ -16,7 +16,7 @@ Each is a writer job (mailbox/writer.py) whose SQL is mailbox/hot_sql.py's:
   refused (REST's and an MCP inbox read's).
 - ``DeliveredJob``: the ``delivered`` mark alone, for an entry already stored (recovery).
 
-The async entry points (``message_send``, ``entry_submit``, ``entries_submit``) queue a
+The async entry points (``message_send``, ``entry_submit``, ``entries_run``, ``entries_submit``) queue a
 job on the process's writer and await its commit; the transports (REST, the websocket's
 tool and entry frames, /mcp) all come here. The sync ones (``message_store``,
 ``message_send_now``, ``entry_record``, ``messages_mark_delivered``) run the same jobs on
@@ -620,13 +620,24 @@ def _replayed_now(stored: dict) -> dict:
     return {**result, "idempotent_replay": True}
 
 
-def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
-    """An entry through the writer: a future of whether the entry was new (False: folded).
-    Raises TeamError at once, storing nothing, when the member's history quota refuses
-    the entry (mailbox/quota.py: in memory, no SQL)."""
+def entry_job(*, member: Member, entry: wire.Entry) -> "EntryJob":
+    """An entry's job, its size charged to the member's history quota: raises TeamError at
+    once, storing nothing, when the quota refuses it (mailbox/quota.py: in memory, no SQL)."""
     job = EntryJob(member=member, entry=entry)
     quota.entry_charge(member_id=member.pk, size=len(job.data))
-    return writer().run(job)
+    return job
+
+
+def entries_run(jobs: list["EntryJob"]) -> list[asyncio.Future]:
+    """Entry jobs through the writer, queued together in order (one wake-up of its thread):
+    a future each of whether its entry was new (False: folded)."""
+    return writer().run_all(jobs)
+
+
+def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
+    """An entry through the writer: a future of whether the entry was new (False: folded).
+    Raises TeamError at once, storing nothing, when the member's history quota refuses it."""
+    return writer().run(entry_job(member=member, entry=entry))
 
 
 async def entries_submit(*, member: Member, entries: list[wire.Entry]) -> tuple[list[dict], TeamError | None]:
