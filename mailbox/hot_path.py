@@ -201,17 +201,24 @@ class SendJob(_writer.Job):
                 cursor.execute(*self._statement(sql, batch))
                 self.piped_result(cursor.fetchone(), batch)
                 return
-            if self.key:  # SQLite: the batch holds the write lock, so a read then a write is safe
-                found = self._key_found(cursor, batch)
-                if found is not None:
+            if self.key:  # SQLite: the key claimed first, as PostgreSQL's statement does; its answer at the batch's end
+                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+                claimed = json.dumps({"message_id": self.message_id, "thread_id": self.thread_id or self.message_id})
+                cursor.execute(sql.key_store, [sender.pk, SEND_TOOL, self.key, self.fingerprint, claimed, now, expired])
+                row = cursor.fetchone()
+                if row is None:  # a live key: replay or refuse, nothing stored
+                    found = self._key_found(cursor, batch)  # the batch holds the write lock: it is there
                     self._key_used(batch, found[1], found[2])
                     return
+                self.key_id = row[0]
             cursor.execute(sql.target_claim, [
                 sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
                 settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
             ])
             row = cursor.fetchone()
             if row is None:
+                if self.key_id is not None:  # refused: the claim goes too, so a retry runs again
+                    cursor.execute(sql.key_undo, [self.key_id])
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
             self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host, exhausted = row
             self.target_status = status_of(phase, session_state)
@@ -246,13 +253,8 @@ class SendJob(_writer.Job):
             self.answer = self._answer()
             if self.trace is not None:
                 batch.traced(self.message_id, *self.trace)
-            if self.key:
-                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
-                cursor.execute(
-                    sql.key_store,
-                    [sender.pk, SEND_TOOL, self.key, self.fingerprint, json.dumps(self.answer), now, expired],
-                )
-                self.key_id = cursor.fetchone()[0]
+            if self.key_id is not None:
+                batch.key_result(self.key_id, json.dumps(self.answer))
         self._log(batch)
 
     def _log(self, batch) -> None:
