@@ -22,7 +22,7 @@ from tests.delegation.support import (
 from tests.e2e.test_keyless_cold_resume import spawn_worker
 from tests.frontend.conftest import browser, context, login, open_team, page  # noqa: F401 (fixtures)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def test_the_lane_shows_the_members_activity_with_its_age_and_a_stall_needs_attention(

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Twenty deliveries to the implementer over the last twelve minutes (18 in 1 s, 2 in 30 s),
 # five to the reviewer forty minutes ago (2 s each), two messages still queued for the reviewer.

@@ -5,7 +5,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _update(server, token, task_id, action, **fields) -> dict:

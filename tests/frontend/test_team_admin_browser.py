@@ -8,7 +8,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _host_connects(server, token: str) -> bool:
