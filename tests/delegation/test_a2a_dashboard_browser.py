@@ -61,8 +61,11 @@ def delegate(url: str, token: str, text: str):
             _, client = await client_for(h, url)
             return await collect(client.send_message(message(text)))
 
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result()
+    pool = ThreadPoolExecutor(1)
+    try:  # bounded: a call that never ends fails the test, not the run (no waiting for its thread)
+        return pool.submit(asyncio.run, run()).result(timeout=120)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def test_the_team_page_shows_an_a2a_prompt_turn_with_author_and_task_and_links_the_card(

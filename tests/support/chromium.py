@@ -53,6 +53,12 @@ class ChromiumSession:
                 self.close()
                 raise
         asyncio._set_running_loop(self._loop)  # as Playwright's own calls leave it
+        if not self._browser.is_connected():  # it crashed under an earlier test: a new one
+            try:
+                self._browser = launch_chromium(self._playwright)
+            except BaseException:
+                asyncio._set_running_loop(None)
+                raise
         try:
             yield self._browser
         finally:
