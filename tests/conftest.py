@@ -2,7 +2,8 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox import db, faults, presence
+from mailbox.engine import db, faults
+from mailbox.members import presence
 
 
 @pytest.fixture(autouse=True)
@@ -14,9 +15,9 @@ def _faults_disarmed():
 
 @pytest.fixture(autouse=True)
 def _quota_buckets_empty():
-    """Each test starts with full quota and rate buckets (mailbox/quota.py): member ids
+    """Each test starts with full quota and rate buckets (mailbox/transports/quota.py): member ids
     are reused by the next test's database, and one test's spending is not the next's."""
-    from mailbox import quota
+    from mailbox.transports import quota
 
     quota.history.clear()
     quota.requests.clear()
@@ -29,14 +30,14 @@ def clock(monkeypatch):
 
     time-machine stops the wall clock (``time.time()``, ``timezone.now()``: what the
     database's timestamps, django-axes' cool-off and the sweeper's deadlines read), and
-    the quota buckets (mailbox/quota.py) are handed that clock in place of
+    the quota buckets (mailbox/transports/quota.py) are handed that clock in place of
     ``time.monotonic``, which time-machine leaves alone: the event loop's own timers
     (``loop.time()``) keep running, so the test's awaits and timeouts work as ever."""
     import time
 
     import time_machine
 
-    from mailbox import quota
+    from mailbox.transports import quota
 
     with time_machine.travel(time.time(), tick=False) as traveller:
         for buckets in (quota.history, quota.requests):
@@ -48,14 +49,14 @@ def clock(monkeypatch):
 def _process_registers_afresh(monkeypatch):
     """Each test's database starts without this process's heartbeat row. The
     process registers afresh; it must not take the missing row for a sign that
-    it was reaped (it would close the test's websockets, mailbox/presence.py)."""
+    it was reaped (it would close the test's websockets, mailbox/members/presence.py)."""
     monkeypatch.setattr(presence, "_registered", False)
 
 
 @pytest.fixture(autouse=True)
 def _close_worker_connections():
     """Async code reaches the database from worker threads, each with a connection of
-    its own: the process's database threads (mailbox/db.py) and asgiref's shared
+    its own: the process's database threads (mailbox/engine/db.py) and asgiref's shared
     thread (channels' database_sync_to_async in tests and the auth middleware).
     Close them, each on its own thread, so the test database can be dropped."""
     yield
