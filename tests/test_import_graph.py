@@ -261,3 +261,18 @@ def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
         if isinstance(node, ast.Attribute) and node.attr == "objects"
     ]
     assert not querying, "a transport queries the ORM itself; read through a selector or a service:\n" + "\n".join(querying)
+
+
+# The mailbox's top holds the Django app and what every part reads; each other module lives in
+# the package of its part of the design (docs/code.md, "The mailbox").
+MAILBOX_TOP = {"__init__.py", "apps.py", "models.py", "selectors.py", "text_match.py", "message_query.py",
+               "urls.py", "routing.py", "migrations", "management"}
+MAILBOX_PARTS = {"engine", "members", "transports", "operations"}
+
+
+def test_the_mailbox_top_holds_the_app_and_its_parts_only():
+    top = {p.name for p in (ROOT / "mailbox").iterdir() if p.name != "__pycache__"}
+    assert top - MAILBOX_TOP - MAILBOX_PARTS == set(), (
+        "a module at mailbox/'s top: put it in the package of its part (docs/code.md, \"The mailbox\")"
+    )
+    assert MAILBOX_PARTS <= top
