@@ -31,9 +31,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from mailbox import selectors as mailbox_selectors
 from mailbox.engine import queue_adapter
 from mailbox.members import asks, history, interrupt
-from mailbox import selectors as mailbox_selectors
 from mailbox.models import EntryKind
 
 from django.contrib.auth import get_user_model

@@ -30,9 +30,9 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from mailbox import selectors as mailbox_selectors
 from mailbox.engine import delivery
 from mailbox.members import activity, usage
-from mailbox import selectors as mailbox_selectors
 from frontend.markdown import markdown_html
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState,

@@ -37,9 +37,9 @@ from accounts.sessions import sessions_signed_out
 from frontend import selectors
 from frontend.signals import session_group, user_group
 from mailbox.engine import events
+from mailbox.engine.db import to_db_thread
 from mailbox.operations import outage
 from mailbox.transports.consumers import LeanConsumer
-from mailbox.engine.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ from django.utils import timezone
 from steerboard_protocol.turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
+from mailbox import selectors as mailbox_selectors
 from mailbox.engine import db
 from mailbox.members import activity, usage
-from mailbox import selectors as mailbox_selectors
 from mailbox.models import (
     COUNTED_STATES, UNDELIVERED, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState,
     PromptState, TeamMessage,

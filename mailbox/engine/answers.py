@@ -8,8 +8,8 @@ statement returned (mailbox/engine/hot_path.py).
 """
 from django.utils import timezone
 
-from mailbox.members import hosts
 from mailbox.engine.delivery import SESSIONLESS, Admission, target_waits
+from mailbox.members import hosts
 from mailbox.models import MessageState, TeamMessage
 from teams.errors import ErrorCode
 from teams.models import Status

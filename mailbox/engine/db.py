@@ -29,8 +29,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from mailbox.operations import outage
 from mailbox.engine.writer import Writer
+from mailbox.operations import outage
 
 _executors: dict[str, ThreadPoolExecutor] = {}
 _sizes: dict[str, int] = {}  # threads per executor, for close_all

@@ -64,10 +64,10 @@ from django.utils import timezone
 
 from mailbox import selectors
 from mailbox.engine import events, faults, lead_log
-from mailbox.members import hosts, usage
-from mailbox.transports import wire
 from mailbox.engine.lead_log import accepted_record, cancelled_record, failed_record, retried_record
+from mailbox.members import hosts, usage
 from mailbox.models import PENDING_STATES, TARGET_SESSIONLESS_STATUSES, LogKind, MessageKind, MessageState, TeamMessage
+from mailbox.transports import wire
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 

@@ -33,9 +33,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from mailbox.engine import events, faults, hot_sql, idempotency, queue_adapter
-from mailbox.members import budget, usage
-from mailbox.operations import log_context, metrics, tracing
-from mailbox.transports import quota, wire
 from mailbox.engine import writer as _writer
 from mailbox.engine.answers import observation, send_answer, send_answer_now
 from mailbox.engine.db import to_db_thread, writer
@@ -44,9 +41,12 @@ from mailbox.engine.delivery import (
     spawn_prompt_validate, unknown_target,
 )
 from mailbox.engine.lead_log import accepted_record, delivered_record, failed_record, queued_record
+from mailbox.members import budget, usage
 from mailbox.models import (
     TARGET_SESSIONLESS_STATUSES, IdempotencyRecord, LogKind, MessageKind, MessageState, TeamMessage, message_id_new,
 )
+from mailbox.operations import log_context, metrics, tracing
+from mailbox.transports import quota, wire
 from mailbox.transports.wire import steer_message
 from teams.errors import TeamError
 from teams.models import Member, Status, status_of

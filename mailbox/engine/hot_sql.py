@@ -18,16 +18,16 @@ import contextlib
 from django.db import connection
 
 from mailbox.engine import queue_adapter
-from mailbox.operations import sqlcount
 from mailbox.engine.lead_log import (
     accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
     rows_values,
 )
+from mailbox.engine.writer import Batch
 from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
     IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
 )
-from mailbox.engine.writer import Batch
+from mailbox.operations import sqlcount
 from teams.errors import TeamError
 from teams.models import Member, Phase, SessionState, Team
 

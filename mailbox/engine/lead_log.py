@@ -25,8 +25,8 @@ from django.db import transaction
 
 from mailbox.engine import events
 from mailbox.members import history
-from mailbox.operations import metrics
 from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, MessageState, TeamMessage
+from mailbox.operations import metrics
 from teams.wire_format import iso
 
 # Each message record kind's fields, in the order a record holds them.

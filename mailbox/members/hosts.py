@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 from mailbox.engine import events, faults, lead_log
 from mailbox.members import presence, usage
-from mailbox.transports import auth
 from mailbox.models import HostPresence
+from mailbox.transports import auth
 from teams.models import Member, Phase, SessionState, Status
 from teams.services import member_fail
 from teams.tokens import start_token_create

@@ -10,9 +10,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from mailbox import selectors
 from mailbox.engine import hot_path
-from mailbox.transports import quota, wire
 from mailbox.engine.db import to_db_thread
 from mailbox.models import MessageKind, MessageState
+from mailbox.transports import quota, wire
 from mailbox.transports.tools import validation_summary
 from teams.errors import ErrorCode, TeamError
 

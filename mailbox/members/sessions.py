@@ -17,10 +17,10 @@ from collections.abc import Callable, Coroutine
 from django.db import transaction
 
 from mailbox.engine import delivery, hot_path, lead_log, queue_adapter
+from mailbox.engine.db import to_db_thread
 from mailbox.members import presence, usage
 from mailbox.operations import outage
 from mailbox.transports import quota, wire
-from mailbox.engine.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState
 from teams.services import member_session_end, member_session_set

@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
-from mailbox.operations import outage
 from mailbox.engine.db import to_db_thread
+from mailbox.operations import outage
 
 CHECK_TIMEOUT = 2.0  # seconds each dependency may take to answer /readyz
 UNAVAILABLE = {"ok": False, "error": "unavailable"}  # no detail: it is logged, not shown

@@ -32,13 +32,13 @@ from django.utils import timezone
 
 from mailbox import selectors
 from mailbox.engine import delivery, events, faults, hot_path, idempotency
-from mailbox.members import asks, hosts, presence, sessions
-from mailbox.operations import outage
 from mailbox.engine.delivery import target_admit
+from mailbox.members import asks, hosts, presence, sessions
+from mailbox.members.presence import PROCESS_ID, timing
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
 )
-from mailbox.members.presence import PROCESS_ID, timing
+from mailbox.operations import outage
 from teams.models import Member, SessionState
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import connections
 
 from mailbox.engine import db
+from mailbox.engine.db import to_db_thread
 from mailbox.members import presence
 from mailbox.operations import outage
-from mailbox.engine.db import to_db_thread
 from mailbox.operations.recovery import presence_reconcile, recovery_pass
 
 log = logging.getLogger(__name__)

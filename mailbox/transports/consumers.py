@@ -17,11 +17,11 @@ from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
 from mailbox.engine import events
+from mailbox.engine.db import to_db_thread
 from mailbox.members import hosts, presence, sessions
 from mailbox.operations import log_context, outage, sweeper, tracing
 from mailbox.transports import auth, edge, quota, tools, wire
 from mailbox.transports.auth import bearer_from_headers, host_team_from_headers
-from mailbox.engine.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 from teams.tokens import token_hash
 

@@ -16,12 +16,12 @@ from django.db import transaction
 from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
-from mailbox.engine import faults, hot_path, idempotency
-from mailbox.members import activity, asks, hosts, interrupt, usage, waiting
-from mailbox.operations import log_context, metrics, tracing
 from mailbox import selectors as mailbox_selectors
+from mailbox.engine import faults, hot_path, idempotency
 from mailbox.engine.db import to_db_thread
+from mailbox.members import activity, asks, hosts, interrupt, usage, waiting
 from mailbox.models import MessageKind
+from mailbox.operations import log_context, metrics, tracing
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member

@@ -11,8 +11,8 @@ from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
 from mailbox.members import asks
-from mailbox.operations import recovery
 from mailbox.models import HistoryEntry, HumanAsk, LeadLogRecord, TeamMessage
+from mailbox.operations import recovery
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox.operations import recovery
 from mailbox.models import HistoryEntry, TeamMessage
+from mailbox.operations import recovery
 from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,8 +11,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connection, transaction
 
-from mailbox.transports import quota
 from mailbox.models import HistoryEntry
+from mailbox.transports import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,10 +13,10 @@ import pytest
 from channels.db import database_sync_to_async
 
 from mailbox.engine import db, events, hot_path, idempotency
+from mailbox.engine.writer import Job
+from mailbox.models import HistoryEntry, IdempotencyRecord, LeadLogRecord, TeamMessage
 from mailbox.operations import recovery
 from mailbox.transports import wire
-from mailbox.models import HistoryEntry, IdempotencyRecord, LeadLogRecord, TeamMessage
-from mailbox.engine.writer import Job
 from teams import schemas
 from teams.errors import TeamError
 from teams.models import Member

@@ -8,8 +8,8 @@ from django.contrib.auth.models import Group, User
 from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.tokens import operator_token_create
-from mailbox.operations import metrics
 from mailbox.models import PENDING_STATES, LeadLogRecord, TeamMessage
+from mailbox.operations import metrics
 from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -4,8 +4,8 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox.operations import recovery
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from mailbox.operations import recovery
 from teams.models import Member, Phase
 from tests.support.inproc import Agent, spawn, team_new
 

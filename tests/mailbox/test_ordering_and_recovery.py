@@ -5,8 +5,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from mailbox.engine import faults
-from mailbox.operations.recovery import messages_recover
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from mailbox.operations.recovery import messages_recover
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from mailbox.transports import quota
 from mailbox.models import TeamMessage
+from mailbox.transports import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

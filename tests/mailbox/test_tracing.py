@@ -12,8 +12,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from mailbox.engine import delivery
-from mailbox.operations import tracing
 from mailbox.models import TeamMessage
+from mailbox.operations import tracing
 from tests.support.inproc import Agent, spawn, team_new, token_for
 from tests.support.spans import by_name, hex_ids, in_memory_spans, traceparent_of
 

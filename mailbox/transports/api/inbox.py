@@ -10,11 +10,11 @@
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from mailbox.engine.db import to_db_thread
 from mailbox.members import inbox as inbox_service
 from mailbox.transports import edge, policy, quota, wire
 from mailbox.transports.api.errors import error_json
 from mailbox.transports.api.tools import _member, _method, tool_invoke
-from mailbox.engine.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 
 def _whole(request, name: str, default: int) -> int:

@@ -5,9 +5,9 @@ from django.http import HttpResponse
 
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_user
+from mailbox.engine.db import to_db_thread
 from mailbox.operations import metrics
 from mailbox.transports.api.errors import error_json
-from mailbox.engine.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 
 

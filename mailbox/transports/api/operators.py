@@ -16,10 +16,10 @@ from accounts.authentication import OperatorTokenAuthentication
 from mailbox import selectors
 from mailbox.engine import delivery, lead_log, queue_adapter
 from mailbox.members import asks, budget, lifecycle, usage
-from mailbox.transports import wire
-from mailbox.transports.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from mailbox.message_query import MessageFilterIn, MessageListIn
 from mailbox.models import AskState, MessageState
+from mailbox.transports import wire
+from mailbox.transports.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
 from teams import services as team_services
 from teams.errors import ErrorCode, TeamError
