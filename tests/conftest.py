@@ -2,26 +2,18 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox.engine import db, faults
-from mailbox.members import presence
+from mailbox.engine import db
+from mailbox.operations import runtime
 
 
 @pytest.fixture(autouse=True)
-def _faults_disarmed():
-    faults.disarm_all()
+def _runtime_fresh():
+    """Each test starts in a process as if it had just started, and leaves it so
+    (mailbox/operations/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
+    to be registered afresh in the test's database."""
+    runtime.reset()
     yield
-    faults.disarm_all()
-
-
-@pytest.fixture(autouse=True)
-def _quota_buckets_empty():
-    """Each test starts with full quota and rate buckets (mailbox/transports/quota.py): member ids
-    are reused by the next test's database, and one test's spending is not the next's."""
-    from mailbox.transports import quota
-
-    quota.history.clear()
-    quota.requests.clear()
-    yield
+    runtime.reset()
 
 
 @pytest.fixture
@@ -43,14 +35,6 @@ def clock(monkeypatch):
         for buckets in (quota.history, quota.requests):
             monkeypatch.setattr(buckets, "clock", time.time)
         yield traveller
-
-
-@pytest.fixture(autouse=True)
-def _process_registers_afresh(monkeypatch):
-    """Each test's database starts without this process's heartbeat row. The
-    process registers afresh; it must not take the missing row for a sign that
-    it was reaped (it would close the test's websockets, mailbox/members/presence.py)."""
-    monkeypatch.setattr(presence, "_registered", False)
 
 
 @pytest.fixture(autouse=True)

@@ -4,5 +4,5 @@ Recovery (``recovery``) and the sweeper that runs it (``sweeper``); PostgreSQL a
 outages (``outage``) and the channel layer that survives them (``layers``); health probes
 (``health``); the delivery audit (``audit``); metrics, traces and log context
 (``metrics``, ``tracing``, ``log_context``, ``sqlcount``); a team's export and import
-(``archive``).
+(``archive``); the process's in-memory state, started afresh by ``runtime.reset()``.
 """
