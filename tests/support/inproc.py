@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
-from mailbox import consumers
+from mailbox.transports import consumers
 from teams.services import member_token_create, team_create
 
 _entry_ids = itertools.count(1)
@@ -61,7 +61,7 @@ _PROBE = "test.settled"
 
 
 def _consumer_opened(consumer, scope) -> None:
-    """mailbox/consumers.py's ``opened`` hook (installed below; None in production): an
+    """mailbox/transports/consumers.py's ``opened`` hook (installed below; None in production): an
     in-process client's consumer is handed to it as its socket starts."""
     client = _clients.get(dict(scope.get("headers") or []).get(_CLIENT_HEADER))
     if client is not None:
@@ -136,7 +136,7 @@ class Agent:
         frame sent, then a probe came through each way the server reaches the socket after
         every event queued before it (its outbox, in order; the channel layer, in order per
         channel). What it sent is read into the buffer. A push made after a commit reaches the
-        outbox before the call that made it returns (mailbox/hot_path.py ``finish``), so what
+        outbox before the call that made it returns (mailbox/engine/hot_path.py ``finish``), so what
         a call would have pushed is here once this returns."""
         if self.consumer is None:
             raise AssertionError("this client's consumer never started (connect first)")
@@ -170,7 +170,7 @@ class Agent:
         a reported usage, the doorbells being published (what these push is pushed before they
         end). Not the session's entries waiting for their commit: a test may hold them (a lock),
         and an entry's answers come after its ack, which the test reads first."""
-        from mailbox import events, hot_path
+        from mailbox.engine import events, hot_path
 
         while True:
             pending = [t for t in (*hot_path._budget_checks, *events._in_flight) if t.get_loop() is loop]
