@@ -4,6 +4,9 @@ from django.db import connections
 
 from mailbox import db, faults, presence
 
+# Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
+pytest_plugins = ["tests.support.process_count"]
+
 
 @pytest.fixture(autouse=True)
 def _faults_disarmed():
