@@ -5,7 +5,7 @@ from django.db import connections
 from mailbox import db, faults, presence
 
 # Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
-pytest_plugins = ["tests.support.process_count"]
+pytest_plugins = ["tests.support.process_count", "pytester"]
 
 
 @pytest.fixture(autouse=True)
