@@ -12,6 +12,7 @@ The summary line is ``tests that started a process: N``; under ``-v`` (or with
 pytest-xdist each worker puts a test's processes in its report's ``user_properties``,
 and the controller adds up the reports."""
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -50,6 +51,9 @@ _started_key = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
+    # The platform module runs ``uname -p`` once per process, the first time anything asks for the
+    # processor (the vendors' SDKs do, for their request headers): asked here, before any test.
+    platform.processor()
     if subprocess.Popen.__init__ is not _init:
         subprocess.Popen.__init__ = _init
     if not hasattr(config, "workerinput"):
