@@ -1,11 +1,13 @@
 """Running the keyless team against real daphne processes: the host and the Lead's
 session as real ``python -m steerboard_agents`` processes, read back over the wire."""
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -49,6 +51,28 @@ class AgentProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@asynccontextmanager
+async def vendor_host(team: "Team", fake, lead_model: str, others_model: str):
+    """The team's host in this process on a fake vendor (tests/support/fake_models.py), its models
+    chosen as ``python -m steerboard_agents host --model lead=VENDOR:LEAD --model '*=VENDOR:OTHERS'
+    --model-retries 1`` chooses them. Yields the host's task; cancels it after."""
+    from steerboard_agents import Host
+    from steerboard_agents.registry import VendorOptions, models_choose
+
+    vendor = fake.vendor
+    options = (VendorOptions(openai_base_url=fake.base_url, openai_api_key="sk-fake", max_retries=1) if vendor == "openai"
+               else VendorOptions(anthropic_base_url=fake.base_url, anthropic_api_key="sk-ant-fake", max_retries=1))
+    models = models_choose([f"lead={vendor}:{lead_model}", f"*={vendor}:{others_model}"], options)
+    host = Host(team.server.url, team.host_token, models, max_backoff=0.5)
+    running = asyncio.create_task(host.run())
+    try:
+        await asyncio.wait_for(host.connected.wait(), 30)
+        yield running
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
 
 class Team:

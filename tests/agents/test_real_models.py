@@ -9,14 +9,12 @@ that member's script, whatever the order in which they ask.
 import asyncio
 import json
 import logging
-from contextlib import asynccontextmanager
 
 import pytest
 
-from steerboard_agents import AgentSession, Host, ModelReply, StepContext, ToolCall
+from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from steerboard_agents.model import Usage
-from steerboard_agents.registry import VendorOptions, models_choose
-from tests.agents.support import Team
+from tests.agents.support import Team, vendor_host
 from tests.agents.test_session_folding import until
 from tests.support.fake_models import Fail, FakeVendor, Reply, Tokens
 
@@ -64,23 +62,9 @@ def fake(request):
     vendor.stop()
 
 
-@asynccontextmanager
-async def host_for(team: Team, fake: FakeVendor):
-    """The team's host on the fake, its models as ``--model lead=VENDOR:fake-lead --model
-    '*=VENDOR:fake-worker' --model-retries 1`` choose them: the Lead on one model name,
-    everyone else on another. Yields the host's task."""
-    vendor = fake.vendor
-    options = (VendorOptions(openai_base_url=fake.base_url, openai_api_key="sk-fake", max_retries=1) if vendor == "openai"
-               else VendorOptions(anthropic_base_url=fake.base_url, anthropic_api_key="sk-ant-fake", max_retries=1))
-    models = models_choose([f"lead={vendor}:{LEAD}", f"*={vendor}:{WORKER}"], options)
-    host = Host(team.server.url, team.host_token, models, max_backoff=0.5)
-    running = asyncio.create_task(host.run())
-    try:
-        await asyncio.wait_for(host.connected.wait(), 30)
-        yield running
-    finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+def host_for(team: Team, fake: FakeVendor):
+    """The team's host on the fake: the Lead on one model name, everyone else on another."""
+    return vendor_host(team, fake, LEAD, WORKER)
 
 
 def turn_ends(entries: list[dict]) -> list[str]:
