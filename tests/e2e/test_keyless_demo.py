@@ -1,5 +1,6 @@
 """The main job: ``python manage.py demo``, run as a newcomer runs it (a subprocess), with a real
-browser where the demo waits for one."""
+browser where the demo waits for one. Its --help and its refusals before it starts anything are
+tests/test_demo_command.py's, in this process."""
 import os
 import re
 import signal
@@ -102,14 +103,6 @@ def signed_in(url: str, user: str, password: str) -> httpx.Client:
     )
     assert login.status_code == 302, login.text[:500]
     return browser
-
-
-def test_demo_help_names_its_options():
-    result = subprocess.run([sys.executable, "manage.py", "demo", "--help"], cwd=ROOT, env=demo_env(ROOT / "var"),
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    for option in ("--port", "--bind", "--team", "--password", "--step-delay", "--no-wait", "--exit-when-done"):
-        assert option in result.stdout
 
 
 def test_demo_says_what_it_does_then_exits_0_once_the_lead_reports_and_runs_again_on_the_same_database(tmp_path):
@@ -215,21 +208,6 @@ def test_without_a_browser_the_demo_waits_until_its_timeout_and_says_why(tmp_pat
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no browser opened the team page within 3s (pass --no-wait to start at once)" in result.stderr
     assert "Kickoff" not in result.stdout and "Waiting for a browser" in result.stdout
-
-
-def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
-    import socket
-
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--port", str(port), "--exit-when-done"],
-            cwd=ROOT, env=demo_env(tmp_path / "var"), capture_output=True, text=True, timeout=120,
-        )
-    assert result.returncode != 0
-    assert f"port {port} is in use" in result.stderr
 
 
 def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
