@@ -91,7 +91,7 @@ def test_a_new_host_with_the_state_file_resumes_the_keyless_team_mid_run(team, t
     first or second team_task_create arrives, before the session records it: a
     known point mid-run, however fast the team works (a poll for the task on the
     board sometimes saw the workflow already finished)."""
-    from tests.e2e.test_keyless_profile import (
+    from tests.agents.test_keyless_profile import (
         assert_nothing_lost_or_duplicated,
         assert_researcher_steered_into_implementer_turn,
         assert_tasks_completed_before_final_text,
