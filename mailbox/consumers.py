@@ -260,6 +260,11 @@ class AgentConsumer(_JsonFrames):
             if isinstance(frame, wire.EntryFrame) and session.said_hello:
                 session.entry(frame.entry)
                 return
+            if isinstance(frame, wire.EntriesFrame) and session.said_hello:
+                if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
+                    raise quota.too_many_entries(len(frame.entries))
+                session.entries(wire.entries_parsed(frame))
+                return
             if isinstance(frame, wire.Hello):  # after the entries before it, as a status
                 replay = await session.hello(frame.status)
                 await self.send_json(

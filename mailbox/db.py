@@ -99,8 +99,11 @@ def writer():
     found = _executors.get("writer")
     if found is not None:
         return found
-    if _pool_is_writer():
-        return executor("pool")
+    if _pool_is_writer():  # looked up once: the next call finds it under "writer" too
+        found = executor("pool")
+        with _executors_lock:
+            _executors.setdefault("writer", found)
+        return found
     with _executors_lock:
         found = _executors.get("writer")
         if found is None:
@@ -185,7 +188,8 @@ def close_all(timeout: float = 30) -> None:
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
     with _executors_lock:
-        pools = [(pool, _sizes.get(lane, 1)) for lane, pool in _executors.items()]
+        # SQLite's writer is the pool itself, found under both names: closed once.
+        pools = list({id(pool): (pool, _sizes.get(lane, 1)) for lane, pool in reversed(_executors.items())}.values())
         _executors.clear()
     for pool, size in pools:
         barrier = threading.Barrier(size)

@@ -13,6 +13,7 @@ Two kinds:
 """
 import threading
 
+from mailbox import runtime
 from steerboard_protocol.crash import CrashPoints
 
 
@@ -30,6 +31,7 @@ def arm(point: str, times: int = 1) -> None:
         _armed[point] = times
 
 
+@runtime.on_reset
 def disarm_all() -> None:
     with _lock:
         _armed.clear()

@@ -16,7 +16,7 @@ Each is a writer job (mailbox/writer.py) whose SQL is mailbox/hot_sql.py's:
   refused (REST's and an MCP inbox read's).
 - ``DeliveredJob``: the ``delivered`` mark alone, for an entry already stored (recovery).
 
-The async entry points (``message_send``, ``entry_submit``, ``entries_submit``) queue a
+The async entry points (``message_send``, ``entry_submit``, ``entries_run``, ``entries_submit``) queue a
 job on the process's writer and await its commit; the transports (REST, the websocket's
 tool and entry frames, /mcp) all come here. The sync ones (``message_store``,
 ``message_send_now``, ``entry_record``, ``messages_mark_delivered``) run the same jobs on
@@ -201,17 +201,24 @@ class SendJob(_writer.Job):
                 cursor.execute(*self._statement(sql, batch))
                 self.piped_result(cursor.fetchone(), batch)
                 return
-            if self.key:  # SQLite: the batch holds the write lock, so a read then a write is safe
-                found = self._key_found(cursor, batch)
-                if found is not None:
+            if self.key:  # SQLite: the key claimed first, as PostgreSQL's statement does; its answer at the batch's end
+                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+                claimed = json.dumps({"message_id": self.message_id, "thread_id": self.thread_id or self.message_id})
+                cursor.execute(sql.key_store, [sender.pk, SEND_TOOL, self.key, self.fingerprint, claimed, now, expired])
+                row = cursor.fetchone()
+                if row is None:  # a live key: replay or refuse, nothing stored
+                    found = self._key_found(cursor, batch)  # the batch holds the write lock: it is there
                     self._key_used(batch, found[1], found[2])
                     return
+                self.key_id = row[0]
             cursor.execute(sql.target_claim, [
                 sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
                 settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
             ])
             row = cursor.fetchone()
             if row is None:
+                if self.key_id is not None:  # refused: the claim goes too, so a retry runs again
+                    cursor.execute(sql.key_undo, [self.key_id])
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
             self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host, exhausted = row
             self.target_status = status_of(phase, session_state)
@@ -246,13 +253,8 @@ class SendJob(_writer.Job):
             self.answer = self._answer()
             if self.trace is not None:
                 batch.traced(self.message_id, *self.trace)
-            if self.key:
-                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
-                cursor.execute(
-                    sql.key_store,
-                    [sender.pk, SEND_TOOL, self.key, self.fingerprint, json.dumps(self.answer), now, expired],
-                )
-                self.key_id = cursor.fetchone()[0]
+            if self.key_id is not None:
+                batch.key_result(self.key_id, json.dumps(self.answer))
         self._log(batch)
 
     def _log(self, batch) -> None:
@@ -620,13 +622,24 @@ def _replayed_now(stored: dict) -> dict:
     return {**result, "idempotent_replay": True}
 
 
-def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
-    """An entry through the writer: a future of whether the entry was new (False: folded).
-    Raises TeamError at once, storing nothing, when the member's history quota refuses
-    the entry (mailbox/quota.py: in memory, no SQL)."""
+def entry_job(*, member: Member, entry: wire.Entry) -> "EntryJob":
+    """An entry's job, its size charged to the member's history quota: raises TeamError at
+    once, storing nothing, when the quota refuses it (mailbox/quota.py: in memory, no SQL)."""
     job = EntryJob(member=member, entry=entry)
     quota.entry_charge(member_id=member.pk, size=len(job.data))
-    return writer().run(job)
+    return job
+
+
+def entries_run(jobs: list["EntryJob"]) -> list[asyncio.Future]:
+    """Entry jobs through the writer, queued together in order (one wake-up of its thread):
+    a future each of whether its entry was new (False: folded)."""
+    return writer().run_all(jobs)
+
+
+def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
+    """An entry through the writer: a future of whether the entry was new (False: folded).
+    Raises TeamError at once, storing nothing, when the member's history quota refuses it."""
+    return writer().run(entry_job(member=member, entry=entry))
 
 
 async def entries_submit(*, member: Member, entries: list[wire.Entry]) -> tuple[list[dict], TeamError | None]:

@@ -157,7 +157,7 @@ class Statements:
         self.message_traced = f"UPDATE {message} SET traceparent = %s, tracestate = %s WHERE id = %s"
         self.prompt_started = queue_adapter.prompt_started_sql(now="%s", prompt="%s", member="%s")
         # An idempotency key (mailbox/idempotency.py): a live key of this member and tool, and
-        # the key stored with its call's result (taking over an expired one).
+        # the key claimed (taking over an expired one; no row back: the key is live).
         self.key_find = (
             f"SELECT id, fingerprint, result FROM {keys} WHERE member_id = %s AND tool = %s AND key = %s "
             f"AND created_at >= %s"
@@ -182,6 +182,19 @@ class Statements:
         )
         # The batch INSERT of the Lead-log records the jobs append (batch_flush).
         self.log_insert_head, self.log_row = rows_values(json_value)
+        # The answers of the keys a batch's sends claimed, stored in one statement at its end
+        # (batch_flush; ``{rows}``: one ``key_results_row`` each).
+        if vendor == "postgresql":
+            self.key_results = (
+                f"UPDATE {keys} SET result = v.result FROM (VALUES {{rows}}) AS v(id, result) WHERE {keys}.id = v.id"
+            )
+            self.key_results_row = "(CAST(%s AS bigint), CAST(%s AS jsonb))"
+        else:
+            self.key_results = (
+                f"WITH v(id, result) AS (VALUES {{rows}}) UPDATE {keys} "
+                f"SET result = (SELECT v.result FROM v WHERE v.id = {keys}.id) WHERE id IN (SELECT id FROM v)"
+            )
+            self.key_results_row = "(%s, %s)"
         if vendor != "postgresql":
             self.send_piped = self.send_piped_keyed = self.entry_piped = self.entry_piped_usage = None
             self.entry_piped_traced = self.entry_piped_usage_traced = None
@@ -190,10 +203,6 @@ class Statements:
         # with their Lead-log records, joined by data-modifying WITH clauses (which
         # SQLite does not have). Needing no other statement's answer, a batch's
         # statements go out in one pipeline (jobs_piped).
-        self.key_results = (
-            f"UPDATE {keys} SET result = v.result FROM (VALUES {{rows}}) AS v(id, result) WHERE {keys}.id = v.id"
-        )
-        self.key_results_row = "(CAST(%s AS bigint), CAST(%s AS jsonb))"
         pushable = (
             f"phase IN ({_listed(Phase.ACTIVE, Phase.PROVISIONING)}) "
             f"AND session_state IN ({_listed(SessionState.RUNNING, SessionState.IDLE)})"
@@ -467,7 +476,7 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
 
 def batch_flush(batch: Batch) -> None:
     """What a batch's jobs left for its end, in one statement each before the commit: the
-    Lead-log records, in the order the jobs appended them, and (PostgreSQL) the results of
+    Lead-log records, in the order the jobs appended them, and the results of
     the idempotency keys its sends claimed; when the process traces, the trace context of
     the messages its sends stored (a statement a message, in the pipeline on PostgreSQL)."""
     sql = statements(batch.db)

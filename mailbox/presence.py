@@ -43,7 +43,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from mailbox import events
+from mailbox import events, runtime
 from mailbox.models import HostPresence, ServerProcess, SessionPresence
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,15 @@ PROCESS_ID = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}
 _lock = threading.Lock()
 _beat_lock = threading.Lock()
 _registered = False
+
+
+@runtime.on_reset
+def _unregistered() -> None:
+    """This process registers its heartbeat afresh (a new database has no row of it: not a sign it was reaped)."""
+    global _registered
+    _registered = False
+
+
 # The websockets this process holds: channel -> member id / team id.
 _sessions: dict[str, int] = {}
 _hosts: dict[str, int] = {}

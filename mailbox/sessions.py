@@ -80,7 +80,7 @@ class ConnectedSession:
       before it, a refusal of the history quota in its place among them (the entries go
       to the process's writer without blocking the socket; a status or a hello waits for
       them: ``writes_committed``);
-    - the quotas of a session's frames: the history quota (``hot_path.entry_submit``),
+    - the quotas of a session's frames: the history quota (``hot_path.entry_job``),
       at most ``quota.entries_per_request()`` entries waiting for their commit, at most
       ``MAX_TOOL_CALLS_IN_FLIGHT`` tool calls (the token's request rate is charged by the
       websocket, as the edge charges it for REST);
@@ -97,7 +97,8 @@ class ConnectedSession:
         self.push = push
         self.said_hello = False
         self.hello_sent = False  # from here on the session may be attached: close() ends it
-        self.writes: collections.deque[asyncio.Future] = collections.deque()  # entries not yet committed, in order
+        self.writes: collections.deque[asyncio.Future] = collections.deque()  # entry frames not yet committed, in order
+        self.entries_in_flight = 0  # the entries of those frames
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
         self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
@@ -125,43 +126,99 @@ class ConnectedSession:
 
     # --- entries: through the writer, answered in commit order -------------------------------
     def entry(self, entry: wire.Entry) -> None:
-        # The writer's own future, not a task around it: the ack goes out from its callback.
-        try:
-            if len(self.writes) >= quota.entries_per_request():
-                raise quota.too_many_entries(len(self.writes) + 1)
-            write = hot_path.entry_submit(member=self.member, entry=entry)
-        except TeamError as exc:  # the history quota refused it: nothing stored; answered in its turn
-            exc.extra["entry_id"] = entry.id
-            refusal = {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
-            if self.writes:  # after the answers of the entries before it, as acks are ordered
-                self.refused_after.setdefault(self.writes[-1], []).append(refusal)
-            else:
-                self.push(refusal)
-            return
-        self.writes.append(write)
-        write.add_done_callback(lambda done, e=entry.id, m=entry.delivers: self._entry_done(done, e, m))
+        """An ``entry`` frame: answered by its ``ack`` (or an ``error`` frame)."""
+        self._entries([entry], many=False)
 
-    def _entry_done(self, write: asyncio.Future, entry_id: str, message_id: str | None) -> None:
-        with contextlib.suppress(ValueError):
-            self.writes.remove(write)  # the oldest, unless the socket closed meanwhile
-        refused_next = self.refused_after.pop(write, ())  # entries refused by the quota right after this one
-        if write.cancelled():
+    def entries(self, entries: list["wire.Entry | TeamError"]) -> None:
+        """An ``entries`` frame: each entry stored or refused as if it came alone (a refusal
+        of one stops none of the others; a ``TeamError`` in the list is an entry that did not
+        parse), all of them answered in order once the last is committed, the acks of
+        consecutive stored ones in one ``acks`` frame."""
+        self._entries(entries, many=True)
+
+    def _entries(self, entries: list, *, many: bool) -> None:
+        cap = quota.entries_per_request()
+        outcomes: list[tuple[str | None, str | None, "asyncio.Future | TeamError"]] = []
+        admitted, taken = [], []
+        for entry in entries:
+            if isinstance(entry, TeamError):
+                outcomes.append((entry.extra.get("entry_id"), None, entry))
+                continue
+            try:
+                if self.entries_in_flight + len(admitted) >= cap:
+                    raise quota.too_many_entries(self.entries_in_flight + len(admitted) + 1)
+                job = hot_path.entry_job(member=self.member, entry=entry)  # the history quota may refuse it
+            except TeamError as exc:  # nothing stored; answered in its turn
+                exc.extra["entry_id"] = entry.id
+                outcomes.append((entry.id, None, exc))
+                continue
+            admitted.append(job)
+            taken.append(len(outcomes))
+            outcomes.append((entry.id, entry.delivers, job))
+        if not admitted:
+            frames = self._answers(outcomes, many)
+            if self.writes:  # after the answers of the entries before them, as acks are ordered
+                self.refused_after.setdefault(self.writes[-1], []).extend(frames)
+            else:
+                for frame in frames:
+                    self.push(frame)
             return
-        exc = write.exception()
-        if exc is None:
-            self.steered.discard(message_id)
-            self.push({"type": "session.frame", "frame": {"type": "ack", **hot_path.entry_ack(entry_id, write.result())}})
-        elif isinstance(exc, TeamError):
-            self.push({"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}})
-        elif outage.noted(exc, "an entry") is not None:
-            self.push({"type": "session.unavailable", "entry_id": entry_id})
-        else:
-            log.warning("storing an entry of %s failed", self.member, exc_info=exc)
-            self.push({"type": "session.frame", "frame": {
-                "type": "error", "error": {"code": str(ErrorCode.SERVER_ERROR), "message": "Storing that entry failed; send it again."},
-            }})
+        writes = hot_path.entries_run(admitted)
+        for index, write in zip(taken, writes):
+            entry_id, message_id, _ = outcomes[index]
+            outcomes[index] = (entry_id, message_id, write)
+        done = writes[0] if len(writes) == 1 else _all_done(writes)
+        self.writes.append(done)
+        self.entries_in_flight += len(writes)
+        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many))
+
+    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool) -> None:
+        self.entries_in_flight -= count
+        with contextlib.suppress(ValueError):
+            self.writes.remove(done)  # the oldest, unless the socket closed meanwhile
+        refused_next = self.refused_after.pop(done, ())  # entries refused by the quota right after these
+        if done.cancelled():
+            return
+        for frame in self._answers(outcomes, many):
+            self.push(frame)
         for refusal in refused_next:
             self.push(refusal)
+
+    def _answers(self, outcomes: list, many: bool) -> list[dict]:
+        """The frames that answer entries, in order: their acks (one ``ack`` frame for an
+        ``entry`` frame; one ``acks`` frame for each run of stored entries of an ``entries``
+        frame) and each refusal in its place."""
+        frames: list[dict] = []
+        acks: list[dict] = []
+
+        def acks_out() -> None:
+            if acks:
+                frame = {"type": "acks", "acks": list(acks)} if many else {"type": "ack", **acks[0]}
+                frames.append({"type": "session.frame", "frame": frame})
+                acks.clear()
+
+        for entry_id, message_id, outcome in outcomes:
+            if not isinstance(outcome, TeamError) and outcome.cancelled():
+                continue  # the socket closed under it
+            exc = outcome if isinstance(outcome, TeamError) else outcome.exception()
+            if exc is None:
+                self.steered.discard(message_id)
+                acks.append(hot_path.entry_ack(entry_id, outcome.result()))
+                continue
+            acks_out()
+            frames.append(self._entry_refusal(entry_id, exc))
+        acks_out()
+        return frames
+
+    def _entry_refusal(self, entry_id: str | None, exc: BaseException) -> dict:
+        if isinstance(exc, TeamError):
+            return {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
+        if outage.noted(exc, "an entry") is not None:
+            return {"type": "session.unavailable", "entry_id": entry_id}
+        log.warning("storing an entry of %s failed", self.member, exc_info=exc)
+        return {"type": "session.frame", "frame": {
+            "type": "error", "error": {"code": str(ErrorCode.SERVER_ERROR), "message": "Storing that entry failed; send it again."},
+        }}
 
     async def writes_committed(self) -> None:
         while self.writes:
@@ -189,3 +246,18 @@ class ConnectedSession:
 
     def awaits_entries(self) -> bool:
         return bool(self.steered)
+
+
+def _all_done(writes: list[asyncio.Future]) -> asyncio.Future:
+    """A future done when every one of ``writes`` is (whatever each answered)."""
+    done = writes[0].get_loop().create_future()
+    left = [len(writes)]
+
+    def one_done(_write) -> None:
+        left[0] -= 1
+        if left[0] == 0 and not done.done():
+            done.set_result(None)
+
+    for write in writes:
+        write.add_done_callback(one_done)
+    return done

@@ -15,7 +15,7 @@ import math
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError, model_validator
 
 from teams.errors import ErrorCode, TeamError
 from teams.wire_format import iso
@@ -212,6 +212,16 @@ class EntryFrame(BaseModel):
     entry: Entry
 
 
+class EntriesFrame(BaseModel):
+    """Several history entries in one frame, each stored or refused as if it came alone in
+    an ``entry`` frame (mailbox/sessions.py: ``ConnectedSession.entries``). Each is parsed on
+    its own, so a malformed one is refused in its place and the others are stored."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["entries"]
+    entries: Annotated[list[dict[str, Any]], Field(min_length=1)]
+
+
 class ToolFrame(BaseModel):
     """One of the ten Team tools, called over the session's own websocket (REST's
     ``POST /api/v1/tools/<name>`` without a request per call); answered by a
@@ -229,7 +239,26 @@ class ToolFrame(BaseModel):
     tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None
 
 
-AgentFrame = TypeAdapter(Annotated[Union[Hello, StatusFrame, EntryFrame, ToolFrame], Field(discriminator="type")])
+AgentFrame = TypeAdapter(
+    Annotated[Union[Hello, StatusFrame, EntryFrame, EntriesFrame, ToolFrame], Field(discriminator="type")]
+)
+_entry = TypeAdapter(Entry)
+
+
+def entries_parsed(frame: EntriesFrame) -> list["Entry | TeamError"]:
+    """An ``entries`` frame's entries, each parsed on its own: an entry, or the refusal of
+    one that does not parse (with its ``entry_id`` when it has a usable one)."""
+    parsed: list[Entry | TeamError] = []
+    for raw in frame.entries:
+        try:
+            parsed.append(_entry.validate_python(raw))
+        except ValidationError as exc:
+            entry_id = raw.get("id")
+            extra = {"entry_id": entry_id} if isinstance(entry_id, str) and 1 <= len(entry_id) <= 128 else {}
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in ("entry", *first.get("loc", ())))
+            parsed.append(TeamError(ErrorCode.VALIDATION_ERROR, f"{where}: {first.get('msg', 'invalid')}", **extra))
+    return parsed
 
 
 class Started(BaseModel):
@@ -342,6 +371,13 @@ class Interrupt(_ServerFrame):
     type: Literal["interrupt"]
 
 
+class Acks(_ServerFrame):
+    """The acknowledgements of consecutive stored entries of an ``entries`` frame, in order."""
+
+    type: Literal["acks"]
+    acks: list[dict[str, Any]] = Field(description='each as an ``ack`` frame without its type: {"entry_id", "folded", "cancelled"?}')
+
+
 class Ack(_ServerFrame):
     type: Literal["ack"]
     entry_id: str
@@ -407,8 +443,8 @@ def _union(*models):
 
 # socket -> (path, frames the client sends, frames the server sends)
 FRAMES = {
-    "agent": ("/ws/agent/", (Hello, StatusFrame, EntryFrame, ToolFrame),
-              (Welcome, Steer, PromptFrame, Interrupt, Ack, ToolResult, ErrorFrame)),
+    "agent": ("/ws/agent/", (Hello, StatusFrame, EntryFrame, EntriesFrame, ToolFrame),
+              (Welcome, Steer, PromptFrame, Interrupt, Ack, Acks, ToolResult, ErrorFrame)),
     "host": ("/ws/host/", (Started, StartFailed), (Start, ErrorFrame)),
     "dashboard": ("/ws/dashboard/<team>/ and /ws/dashboard/", (Ping,), (Subscribed, TeamChanged, Pong, ErrorFrame)),
 }

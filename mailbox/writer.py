@@ -158,12 +158,19 @@ class Writer(concurrent.futures.Executor):
     # --- the callers' side ---------------------------------------------------------------------
     def run(self, job: Job) -> asyncio.Future:
         """From an event loop: queue a job; await the answer."""
-        job.loop = asyncio.get_running_loop()
-        job.future = job.loop.create_future()
-        if tracing.enabled:
-            job.trace_link = tracing.current_link()
-        self._put(job)
-        return job.future
+        return self.run_all([job])[0]
+
+    def run_all(self, jobs: list[Job]) -> list[asyncio.Future]:
+        """From an event loop: queue jobs in order, with one wake-up of the writer's thread."""
+        loop = asyncio.get_running_loop()
+        link = tracing.current_link() if tracing.enabled else None
+        for job in jobs:
+            job.loop = loop
+            job.future = loop.create_future()
+            if link is not None:
+                job.trace_link = link
+        self._put(*jobs)
+        return [job.future for job in jobs]
 
     def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
         call = _Call(fn, args, kwargs)
@@ -177,11 +184,11 @@ class Writer(concurrent.futures.Executor):
         if wait and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(30)
 
-    def _put(self, item) -> None:
+    def _put(self, *items) -> None:
         with self._ready:
             if self._stopping:
                 raise RuntimeError(f"the writer {self.name} has stopped")
-            self._items.append(item)
+            self._items.extend(items)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()

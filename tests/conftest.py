@@ -2,28 +2,20 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox import db, faults, presence
+from mailbox import db, runtime
 
 # Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
 pytest_plugins = ["tests.support.process_count", "pytester"]
 
 
 @pytest.fixture(autouse=True)
-def _faults_disarmed():
-    faults.disarm_all()
+def _runtime_fresh():
+    """Each test starts in a process as if it had just started, and leaves it so
+    (mailbox/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
+    to be registered afresh in the test's database."""
+    runtime.reset()
     yield
-    faults.disarm_all()
-
-
-@pytest.fixture(autouse=True)
-def _quota_buckets_empty():
-    """Each test starts with full quota and rate buckets (mailbox/quota.py): member ids
-    are reused by the next test's database, and one test's spending is not the next's."""
-    from mailbox import quota
-
-    quota.history.clear()
-    quota.requests.clear()
-    yield
+    runtime.reset()
 
 
 @pytest.fixture
@@ -45,14 +37,6 @@ def clock(monkeypatch):
         for buckets in (quota.history, quota.requests):
             monkeypatch.setattr(buckets, "clock", time.time)
         yield traveller
-
-
-@pytest.fixture(autouse=True)
-def _process_registers_afresh(monkeypatch):
-    """Each test's database starts without this process's heartbeat row. The
-    process registers afresh; it must not take the missing row for a sign that
-    it was reaped (it would close the test's websockets, mailbox/presence.py)."""
-    monkeypatch.setattr(presence, "_registered", False)
 
 
 @pytest.fixture(autouse=True)

@@ -1,9 +1,11 @@
 """A session's history entries on their way to the server, until each is acknowledged.
 
-Every entry the session adds is reported (an ``entry`` frame) at once, and the
-server acknowledges each (``ack``). Entries go out back to back, without waiting
-for the ack of the one before: ``settled()`` waits until every entry reported so
-far is acknowledged, and the turn runner calls it before anything leaves the
+Every entry the session adds is reported at once, and the server acknowledges
+each (``ack``, or ``acks`` for several). Entries go out back to back, without waiting
+for the ack of the one before; those added before the session next waits for
+anything go in one frame (``entries``; one alone in an ``entry`` frame), so a turn's
+entries cost the server one frame and one answer where they can. ``settled()`` waits
+until every entry reported so far is acknowledged, and the turn runner calls it before anything leaves the
 session (a tool call, the end of a turn), so what the conversation holds is
 durable before it has any effect; a turn's entries share the server's commits
 instead of waiting a round trip each. The server answers entries in the order it got them, so a
@@ -24,6 +26,10 @@ from steerboard_agents.client import ToolError
 
 log = logging.getLogger(__name__)
 
+# Entries in one ``entries`` frame at most: well below the server's default cap on entries
+# unacknowledged on one socket (STEERBOARD_MAX_ENTRIES_PER_REQUEST, 100).
+FRAME_ENTRIES = 20
+
 
 class Outbox:
     def __init__(self, send: Callable[[dict], Awaitable[bool]], *, on_acked: Callable[[dict | None, bool], None]):
@@ -34,6 +40,7 @@ class Outbox:
         self._unacked: OrderedDict[str, dict] = OrderedDict()
         self._waiters: dict[str, asyncio.Future] = {}
         self._inflight: deque[str] = deque()  # sent on this connection, not yet answered, in order
+        self._unsent: list[dict] = []  # posted, to go in the next frame
         self._lock = asyncio.Lock()
 
     def holds(self, entry_id: str | None) -> bool:
@@ -55,31 +62,45 @@ class Outbox:
 
     async def post(self, entry: dict) -> asyncio.Future:
         """Send the entry without waiting for its ack: the future answers as ``report`` would
-        (a refusal as ``ToolError``). Entries posted one after another keep their order."""
-        async with self._lock:
-            waiter = self._waiters.get(entry["id"])
-            if waiter is None or waiter.done():
-                waiter = asyncio.get_running_loop().create_future()
-                # A refusal nobody awaits is still answered (settled() reads it): no warning.
-                waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
-                self._waiters[entry["id"]] = waiter
-            self._unacked[entry["id"]] = entry
-            await self._send_one(entry)
+        (a refusal as ``ToolError``). Entries posted one after another keep their order; those
+        posted before the event loop next runs something else go out in one frame."""
+        waiter = self._waiters.get(entry["id"])
+        if waiter is None or waiter.done():
+            waiter = asyncio.get_running_loop().create_future()
+            # A refusal nobody awaits is still answered (settled() reads it): no warning.
+            waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
+            self._waiters[entry["id"]] = waiter
+        self._unacked[entry["id"]] = entry
+        self._unsent.append(entry)
+        if len(self._unsent) == 1:
+            asyncio.get_running_loop().create_task(self.flush())
         return waiter
+
+    async def flush(self) -> None:
+        """Send what was posted and not yet sent (before any other frame of the session)."""
+        async with self._lock:
+            unsent, self._unsent = self._unsent, []
+            await self._send_all(unsent)
 
     async def settled(self) -> None:
         """Wait until every entry posted so far is acknowledged (or refused)."""
+        await self.flush()
         while True:
             pending = [waiter for waiter in self._waiters.values() if not waiter.done()]
             if not pending:
                 return
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _send_one(self, entry: dict) -> None:
-        self._inflight.append(entry["id"])
-        if not await self._send({"type": "entry", "entry": entry}):
-            with contextlib.suppress(ValueError):
-                self._inflight.remove(entry["id"])
+    async def _send_all(self, entries: list[dict]) -> None:
+        for start in range(0, len(entries), FRAME_ENTRIES):
+            chunk = entries[start:start + FRAME_ENTRIES]
+            ids = [entry["id"] for entry in chunk]
+            self._inflight.extend(ids)
+            frame = {"type": "entry", "entry": chunk[0]} if len(chunk) == 1 else {"type": "entries", "entries": chunk}
+            if not await self._send(frame):
+                for entry_id in ids:
+                    with contextlib.suppress(ValueError):
+                        self._inflight.remove(entry_id)
 
     # --- the connection ----------------------------------------------------------------------
     def connection_new(self) -> None:
@@ -87,8 +108,9 @@ class Outbox:
 
     async def welcomed(self) -> None:
         """A new connection is ready: send again everything not acknowledged, in order."""
-        for entry in list(self._unacked.values()):
-            await self._send_one(entry)
+        async with self._lock:
+            self._unsent = []
+            await self._send_all(list(self._unacked.values()))
 
     # --- the server's answers ------------------------------------------------------------------
     def acked(self, entry_id: str | None, *, folded: bool) -> None:
@@ -112,7 +134,8 @@ class Outbox:
         entry = self._unacked.get(entry_id)
         if entry is None or entry_id in self._inflight:
             return  # acknowledged meanwhile, or a welcome already sent it again
-        await self._send_one(entry)
+        async with self._lock:
+            await self._send_all([entry])
 
     def refused(self, error: dict) -> bool:
         """An ``error`` frame for an entry: the oldest in flight. False when none is."""

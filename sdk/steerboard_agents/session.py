@@ -213,6 +213,11 @@ class AgentSession:
         except (OSError, WebSocketException):
             return False
 
+    async def _status_send(self, status: str) -> None:
+        # After the entries posted before it: the server takes a status after the entries it got first.
+        await self._outbox.flush()
+        await self._send({"type": "status", "status": status})
+
     async def _on_frame(self, frame: dict) -> None:
         kind = frame.get("type")
         if kind == "welcome":
@@ -238,6 +243,9 @@ class AgentSession:
             self._turns.interrupt()
         elif kind == "ack":
             self._outbox.acked(frame.get("entry_id"), folded=bool(frame.get("folded")))
+        elif kind == "acks":
+            for ack in frame.get("acks") or ():
+                self._outbox.acked(ack.get("entry_id"), folded=bool(ack.get("folded")))
         elif kind == "tool_result":
             if self._tools is not None:
                 self._tools.answer(frame)
@@ -292,7 +300,7 @@ class AgentSession:
     async def _prompt_again(self, entry: dict) -> None:
         await self._send_entry(entry)
         if not self._turns.running(entry.get("turn_id")):
-            await self._send({"type": "status", "status": self.status})
+            await self._status_send(self.status)
 
     # --- reporting -----------------------------------------------------------------------------
     async def record(self, entry: dict) -> None:
@@ -320,7 +328,7 @@ class AgentSession:
             self.idle.set()
         else:
             self.idle.clear()
-        await self._send({"type": "status", "status": status})
+        await self._status_send(status)
 
 
 def _describe(entry: dict) -> str:

@@ -209,7 +209,7 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(inproc_env,
 
 async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(inproc_env, served):
     """The session sends a turn's entries back to back, without waiting for each ack (they share
-    the server's commits), yet when a tool call leaves the session every entry before it is
+    the server's commits; those added together go in one ``entries`` frame), yet when a tool call leaves the session every entry before it is
     acknowledged, and the turn ends (status idle) only once its last entry is."""
     team = Team(inproc_env, served, "settled-entries")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
@@ -219,24 +219,29 @@ async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_
     outbox = session._outbox
     unacked_at_call: list[int] = []
     most_in_flight = 0
-    call, send_one = session.client.tool, outbox._send_one
+    sent_together: list[int] = []  # entries per frame
+    call, send = session.client.tool, outbox._send
 
     async def observed_call(name, arguments, **kwargs):
         unacked_at_call.append(len(outbox))
         return await call(name, arguments, **kwargs)
 
-    async def observed_send(entry):
+    async def observed_send(frame):
         nonlocal most_in_flight
-        await send_one(entry)
+        sent = await send(frame)
+        sent_together.append(len(frame["entries"]) if frame["type"] == "entries" else 1)
         most_in_flight = max(most_in_flight, len(outbox._inflight))
+        return sent
 
-    session.client.tool, outbox._send_one = observed_call, observed_send
+    session.client.tool, outbox._send = observed_call, observed_send
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
         history = await run_turn(team, session, "worker")
         assert unacked_at_call == [0] * 5, unacked_at_call  # five Team tool calls, each after every entry was held
         assert most_in_flight >= 2, "the turn's entries went out without waiting for each other's acks"
+        assert max(sent_together) >= 2, sent_together  # entries added together went in one frame
+        assert sum(sent_together) == len(session.entries), (sent_together, len(session.entries))  # each once
         assert len(outbox) == 0  # idle: the turn's last entry (turn_end) is held
         assert [e["kind"] for e in history][-1] == "turn_end"
         assert {e["id"] for e in history} == {e["id"] for e in session.entries}

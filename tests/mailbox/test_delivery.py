@@ -246,3 +246,48 @@ def test_concurrent_senders_to_one_target_get_dense_seqs_and_admission_in_seq_or
         .values_list("message__seq", flat=True)
     )
     assert accepted == sorted(accepted) and len(accepted) == 32
+
+
+async def test_an_entries_frame_answers_each_entry_in_order_as_if_each_came_alone(api):
+    """An ``entries`` frame: each entry stored or refused on its own (a malformed one refused
+    in its place, the others stored), answered in order, the acks of consecutive stored
+    entries in one ``acks`` frame; a team message's entry delivers it, a repeat folds."""
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("running")
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="look at task-1")
+    steer = (await agent.expect("steer"))["message"]
+    delivers = {"kind": "user_message", "text": steer["content"],
+                "source": {"kind": "team-message", "message_id": steer["id"], "sender": "lead"}}
+    await agent.send({"type": "entries", "entries": [
+        {"id": "t-start", "kind": "turn_start"},
+        {"id": "m-1", **delivers},
+        {"id": "bad", "kind": "no_such_kind"},
+        {"id": "m-1-again", **delivers},  # the message is in the history already: folded
+        {"id": "t-start", "kind": "turn_start"},  # the same entry id again: folded
+    ]})
+    first, refusal, second = [await agent.comm.receive_json_from(timeout=5) for _ in range(3)]
+    assert first == {"type": "acks", "acks": [{"entry_id": "t-start", "folded": False},
+                                              {"entry_id": "m-1", "folded": False}]}
+    assert refusal["type"] == "error" and refusal["error"]["code"] == "VALIDATION_ERROR"
+    assert refusal["entry_id"] == "bad" and "kind" in refusal["error"]["message"]
+    assert second == {"type": "acks", "acks": [{"entry_id": "m-1-again", "folded": True},
+                                               {"entry_id": "t-start", "folded": True}]}
+    assert await message_state(sent["message_id"]) == "delivered"
+
+    @database_sync_to_async
+    def history() -> list[str]:
+        return list(HistoryEntry.objects.filter(member__name="implementer", member__team__name="alpha")
+                    .order_by("id").values_list("entry_id", flat=True))
+
+    assert await history() == ["t-start", "m-1"]
+    # More entries than one request may carry: refused whole, nothing stored.
+    from django.conf import settings
+
+    many = settings.STEERBOARD["MAX_ENTRIES_PER_REQUEST"] + 1
+    await agent.send({"type": "entries", "entries": [{"id": f"x-{i}", "kind": "assistant_text"} for i in range(many)]})
+    refused = await agent.expect("error")
+    assert refused["error"]["code"] == "TOO_MANY_ENTRIES"
+    assert await history() == ["t-start", "m-1"]
+    await agent.close()

@@ -78,6 +78,25 @@ async def test_concurrent_calls_with_one_key_make_one_message(api):
     assert await queued_records() == 1
 
 
+async def test_keys_claimed_in_one_batch_each_keep_their_own_answer(api):
+    """Sends with different keys committed together: each key stores its own send's answer
+    (the batch writes every claimed key's answer in one statement at its end)."""
+    team = await team_new()
+    await spawn(api, team["lead"], "alpha", "implementer")
+    keys = [f"batch-{i}" for i in range(6)]
+    calls = [api.ok(team["lead"], "send_message", target="implementer", message=f"m-{k}", idempotency_key=k)
+             for k in keys]
+    firsts = await asyncio.gather(*calls)
+    again = [await api.ok(team["lead"], "send_message", target="implementer", message=f"m-{k}", idempotency_key=k)
+             for k in keys]
+    assert [a["idempotent_replay"] for a in again] == [True] * 6
+    for first, replay in zip(firsts, again):
+        assert {k: v for k, v in replay.items() if k != "idempotent_replay"} == {
+            k: v for k, v in first.items() if k != "idempotent_replay"
+        }
+    assert await message_count() == 6
+
+
 async def test_keys_are_scoped_to_the_sending_member(api):
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "implementer")
