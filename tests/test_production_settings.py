@@ -1,6 +1,7 @@
 """config/settings.py in production (issue 12, item 16): no SECRET_KEY, no start;
 the HTTPS settings from the environment make `manage.py check --deploy` clean;
 Swagger UI comes from this server's own static files."""
+import importlib.util
 import logging.config
 import os
 import secrets
@@ -33,25 +34,36 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_local_run_needs_no_secret_key_and_every_command_shares_the_demos_key(tmp_path):
+def _manage_py_start(monkeypatch, tmp_path, *argv: str):
+    """What ``python manage.py ARGV`` does before Django starts, in this process: the key it
+    finds or makes (manage.py's ``_local_secret_key``), without SECRET_KEY, DEBUG and
+    DATABASE_URL; then config/settings.py read afresh with that key (tests/support/settings_env.py)."""
+    for name in ("SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL"):
+        monkeypatch.setenv(name, "")  # put back after the test, whatever manage.py sets
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("STEERBOARD_VAR_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["manage.py", *argv])
+    spec = importlib.util.spec_from_file_location("manage_py", ROOT / "manage.py")
+    manage_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manage_py)
+    manage_py._local_secret_key()
+    return settings_from_env(monkeypatch, SECRET_KEY=os.environ["SECRET_KEY"], STEERBOARD_VAR_DIR=str(tmp_path))
+
+
+def test_a_local_run_needs_no_secret_key_and_every_command_shares_the_demos_key(monkeypatch, tmp_path):
     """Without DATABASE_URL (the embedded default) every command works as the demo
     does: one generated key, kept under var/, the same for each command."""
-    code = "from django.conf import settings; print(settings.SECRET_KEY)"
-    first = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert first.returncode == 0, first.stderr
+    first = _manage_py_start(monkeypatch, tmp_path, "shell")
     key = (tmp_path / "secret-key").read_text().strip()
-    assert len(key) >= 50 and first.stdout.strip() == key
+    assert len(key) >= 50 and first.SECRET_KEY == key
     assert oct((tmp_path / "secret-key").stat().st_mode & 0o777) == "0o600"
-    assert _manage("check", STEERBOARD_VAR_DIR=str(tmp_path)).returncode == 0
-    again = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert again.stdout.strip() == key
+    assert _manage_py_start(monkeypatch, tmp_path, "check").SECRET_KEY == key
+    assert _manage_py_start(monkeypatch, tmp_path, "demo").SECRET_KEY == key
 
 
-def test_a_demo_key_made_before_is_the_one_kept(tmp_path):
+def test_a_demo_key_made_before_is_the_one_kept(monkeypatch, tmp_path):
     (tmp_path / "demo-secret-key").write_text("d" * 60)
-    code = "from django.conf import settings; print(settings.SECRET_KEY)"
-    result = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert result.stdout.strip() == "d" * 60, result.stderr
+    assert _manage_py_start(monkeypatch, tmp_path, "shell").SECRET_KEY == "d" * 60
     assert (tmp_path / "secret-key").read_text() == "d" * 60
 
 
