@@ -1,15 +1,20 @@
 """Cold-resume: a member whose session ended is started again by the host when a
 message arrives, and continues from its durable history."""
+import itertools
+
 import pytest
 
 from tests.agents.support import Team
 
-pytestmark = pytest.mark.e2e
+# One daphne for the module (tests/conftest.py): the hosts die here, never the server; each test
+# has a team of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+_teams = itertools.count(1)
 
 
 @pytest.fixture
 def team(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "resume")
+    team = Team(live_env, daphne_server, f"resume{next(_teams)}")
     yield team
     team.stop_all()
 
