@@ -6,7 +6,7 @@ OPERATORS_GROUP = "operators"
 
 def is_operator(user) -> bool:
     """May act (prompt, retry, revoke, manage members); any other signed-in user may only watch.
-    A member's bearer token is never an operator: its principal (mailbox/api/permissions.MemberPrincipal)
+    A member's bearer token is never an operator: its principal (mailbox/transports/api/permissions.MemberPrincipal)
     is an authenticated AnonymousUser, not a user."""
     if not getattr(user, "is_authenticated", False) or user.is_anonymous:
         return False

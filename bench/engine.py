@@ -700,7 +700,7 @@ def sql_pass(pool: Pool, backend: str, processes: int, args, result: dict) -> No
 
 
 def metrics_axis(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
-    """The metrics' cost (mailbox/metrics.py): the same saturation on fresh servers with
+    """The metrics' cost (mailbox/operations/metrics.py): the same saturation on fresh servers with
     STEERBOARD_METRICS off and on, alternating (off, on, off, on, ...) so that a machine
     growing busier weighs on both; the medians compared."""
     section(f"metrics axis ({backend}): unkeyed saturation, STEERBOARD_METRICS off / on alternating, "
@@ -885,7 +885,7 @@ def main() -> int:
     parser.add_argument("--axis-duration", type=float, default=20.0, help="seconds of each open-loop run of the axis")
     parser.add_argument("--axis-settle", type=float, default=25.0,
                         help="seconds between the idle sessions' welcome and the axis's second run: the server "
-                             "settles its heap every 10 s (mailbox/sweeper.py heap_settle), a connect storm's "
+                             "settles its heap every 10 s (mailbox/operations/sweeper.py heap_settle), a connect storm's "
                              "objects within two settles")
     parser.add_argument("--metrics-rounds", type=int, default=2,
                         help="metrics axis: rounds of (off, on) saturation runs on fresh servers")

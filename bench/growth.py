@@ -69,7 +69,7 @@ def bulk_insert(bench: Bench, team: dict, start: int, stop: int) -> None:
             f"SELECT {mid}, {team_id}, {sender_id}, {target_id}, 'a stored message number ' || g, g, '', '', "
             f"'delivered', 1, '', {stamp}, {stamp}, {stamp}, {stamp} FROM {series}"
         )
-        # The records' fields are the Lead log's (mailbox/lead_log.py, MESSAGE_FIELDS).
+        # The records' fields are the Lead log's (mailbox/engine/lead_log.py, MESSAGE_FIELDS).
         records = {
             "team/message/queued": f"{json_object}('sender', '{sender}', 'target', '{target}', 'seq', g)",
             "team/message/delivered": f"{json_object}('target', '{target}', 'seq', g)",

@@ -1,4 +1,4 @@
-"""ASGI entry point: every request and websocket passes the edge once (mailbox/edge.py: Host,
+"""ASGI entry point: every request and websocket passes the edge once (mailbox/transports/edge.py: Host,
 size, member, rate, process start); then HTTP goes to Django (/mcp to the MCP endpoint, /a2a to
 the A2A agents), websockets to the Channels consumers."""
 import asyncio
@@ -19,8 +19,8 @@ from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from mailbox import edge  # noqa: E402
-from mailbox.api import tool_calls  # noqa: E402
+from mailbox.transports import edge  # noqa: E402
+from mailbox.transports.api import tool_calls  # noqa: E402
 
 
 class Deferred:
@@ -52,7 +52,7 @@ class Deferred:
         return self._app
 
 
-mcp_app = Deferred("mailbox.mcp_server", "mcp_app")  # the Team tools' MCP endpoint
+mcp_app = Deferred("mailbox.transports.mcp_server", "mcp_app")  # the Team tools' MCP endpoint
 a2a_app = Deferred("delegation.server", "a2a_app")  # every member as an A2A agent
 
 
@@ -88,7 +88,7 @@ class AgentApiHandler(ASGIHandler):
     chain would run every middleware's hooks on a worker thread, about ten thread
     hops per request, the larger part of a ``send_message``'s cost on the event
     loop (docs/performance.md). What the chain gives these responses is kept: the
-    security headers (the Host was checked at the edge, mailbox/edge.py)."""
+    security headers (the Host was checked at the edge, mailbox/transports/edge.py)."""
 
     def load_middleware(self, is_async=False):
         self._view_middleware = []
@@ -110,8 +110,8 @@ agent_api_app = RequestThreads(AgentApiHandler())
 
 
 async def http_app(scope, receive, send):
-    """Behind the edge: a tool call is a plain ASGI app (mailbox/api/tool_calls.py); /mcp
-    is the Team tools' MCP endpoint (mailbox/mcp_server.py); the agents' other
+    """Behind the edge: a tool call is a plain ASGI app (mailbox/transports/api/tool_calls.py); /mcp
+    is the Team tools' MCP endpoint (mailbox/transports/mcp_server.py); the agents' other
     bearer-token endpoints skip the browser middleware; every other path is Django's."""
     path = scope.get("path", "")
     if tool_calls.handles(scope):  # the agents' tool calls: no Django request cycle at all
@@ -125,7 +125,7 @@ async def http_app(scope, receive, send):
     return await django_app(scope, receive, send)
 
 
-# The edge, once for every request and websocket (mailbox/edge.py): Host, size, member,
+# The edge, once for every request and websocket (mailbox/transports/edge.py): Host, size, member,
 # rate, process start; the transports behind it read what it found from the scope.
 application = ProtocolTypeRouter(
     {

@@ -186,7 +186,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # busy timeout instead of failing on a lock upgrade.
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
-        # The process's checkpoints run beside the writer (mailbox/sweeper.py, every second);
+        # The process's checkpoints run beside the writer (mailbox/operations/sweeper.py, every second);
         # a commit checkpoints by itself only when the WAL passes 10 000 pages (40 MB),
         # so at ordinary rates no send or entry waits for one.
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=10000;",
@@ -200,7 +200,7 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", False):
     # Optional, and off by default: the agents' API and the websockets do their
     # database work on a few long-lived threads that keep their connections
-    # (mailbox/db.py). A pool only saves the connect of the other requests
+    # (mailbox/engine/db.py). A pool only saves the connect of the other requests
     # (dashboard pages, the operators' API), which close theirs after each request.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
@@ -242,8 +242,8 @@ if REDIS_URL:
             # (BZPOPMIN with a backup queue): under load the steers queued there for
             # seconds (docs/performance.md, "Doorbells through Redis").
             # channels_redis's pub/sub layer with a receive loop that survives a Redis
-            # restart and resubscribes at once (mailbox/layers.py).
-            "BACKEND": "mailbox.layers.RedisPubSubLayer",
+            # restart and resubscribes at once (mailbox/operations/layers.py).
+            "BACKEND": "mailbox.operations.layers.RedisPubSubLayer",
             "CONFIG": {
                 "hosts": [redis_host(REDIS_URL)],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
@@ -286,7 +286,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "mailbox.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "mailbox.transports.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -302,7 +302,7 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "mailbox.api.openapi.add_tool_paths",
+        "mailbox.transports.api.openapi.add_tool_paths",
     ],
 }
 
@@ -336,13 +336,13 @@ STEERBOARD = {
     "MAX_PENDING_PER_TARGET": _env_limit("STEERBOARD_MAX_PENDING_PER_TARGET", 64),
     # Human prompts (dashboard, operator API, A2A) waiting for one member's turn.
     "MAX_QUEUED_PROMPTS_PER_MEMBER": _env_limit("STEERBOARD_MAX_QUEUED_PROMPTS_PER_MEMBER", 64),
-    # ask_human questions one member may have waiting for a person at once (mailbox/asks.py).
+    # ask_human questions one member may have waiting for a person at once (mailbox/members/asks.py).
     "MAX_PENDING_ASKS_PER_MEMBER": _env_limit("STEERBOARD_MAX_PENDING_ASKS_PER_MEMBER", 16),
     "MAX_MEMBERS_PER_TEAM": _env_limit("STEERBOARD_MAX_MEMBERS_PER_TEAM", 8),
     "MAX_TASKS_PER_TEAM": _env_limit("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
     # wait_agent calls one member may have waiting at once in one server process.
     "MAX_WAITS_PER_MEMBER": _env_limit("STEERBOARD_MAX_WAITS_PER_MEMBER", 4),
-    # History quota per member, in each server process (mailbox/quota.py): bytes of one
+    # History quota per member, in each server process (mailbox/transports/quota.py): bytes of one
     # entry's JSON, entries in one request (or unacknowledged on one socket), bytes a minute.
     "MAX_ENTRY_BYTES": _env_limit("STEERBOARD_MAX_ENTRY_BYTES", 256 * 1024),
     "MAX_ENTRIES_PER_REQUEST": _env_limit("STEERBOARD_MAX_ENTRIES_PER_REQUEST", 100),
@@ -352,7 +352,7 @@ STEERBOARD = {
     "RATE_LIMIT_PER_SECOND": _env_limit("STEERBOARD_RATE_LIMIT_PER_SECOND", 50),
     "RATE_LIMIT_BURST": _env_limit("STEERBOARD_RATE_LIMIT_BURST", 300),
     # The tokens (input + output) a team's models may use in all, unless an operator set the
-    # team's own budget; None: no budget (mailbox/usage.py).
+    # team's own budget; None: no budget (mailbox/members/usage.py).
     "TEAM_TOKEN_BUDGET": _env_limit("STEERBOARD_TEAM_TOKEN_BUDGET", 0) or None,
     # What a model's tokens cost, per million (docs/operations.md, "Usage and budgets"); a
     # model not in the table shows its tokens only.
@@ -368,9 +368,9 @@ STEERBOARD = {
     # (seconds; frontend/attention.py). Defaults to REDELIVER_AFTER.
     "ATTENTION_AFTER": _env_float("STEERBOARD_ATTENTION_AFTER", _env_float("STEERBOARD_REDELIVER_AFTER", 10.0)),
     # A member whose turn is open with no new history entry for this long (seconds) is
-    # "stalled" (mailbox/activity.py) and joins Needs attention.
+    # "stalled" (mailbox/members/activity.py) and joins Needs attention.
     "STALL_AFTER": _env_float("STEERBOARD_STALL_AFTER", 120.0),
-    # Seconds between heartbeats of each server process (mailbox/presence.py).
+    # Seconds between heartbeats of each server process (mailbox/members/presence.py).
     "HEARTBEAT_INTERVAL": _env_float("STEERBOARD_HEARTBEAT_INTERVAL", 5.0),
     # A process whose heartbeat is older than this is dead: recovery closes its
     # sessions (their members become inactive and are cold-resumed) and drops its hosts.
@@ -381,14 +381,14 @@ STEERBOARD = {
     # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.
     "IDEMPOTENCY_WINDOW": _env_float("STEERBOARD_IDEMPOTENCY_WINDOW", 7 * 24 * 3600.0),
     # Threads (each with its own long-lived connection) that run a server process's
-    # database work (mailbox/db.py); 0: one on SQLite, eight on PostgreSQL.
+    # database work (mailbox/engine/db.py); 0: one on SQLite, eight on PostgreSQL.
     "DB_THREADS": _env_int("STEERBOARD_DB_THREADS", 0),
-    # Seconds a process keeps a member token's lookup (mailbox/auth.py): a deleted
+    # Seconds a process keeps a member token's lookup (mailbox/transports/auth.py): a deleted
     # token stops working within this bound.
     "TOKEN_CACHE_SECONDS": _env_float("STEERBOARD_TOKEN_CACHE_SECONDS", 5.0),
     # Count this process's SQL statements and commits for bench/engine.py (GET /api/v1/debug/sql).
     "COUNT_SQL": _env_bool("STEERBOARD_COUNT_SQL", False),
-    # Prometheus metrics (mailbox/metrics.py; GET /metrics, docs/operations.md "Monitoring"): counted
+    # Prometheus metrics (mailbox/operations/metrics.py; GET /metrics, docs/operations.md "Monitoring"): counted
     # unless turned off; scraped with an operator token, or without one from these addresses or
     # networks (comma-separated, e.g. "127.0.0.1,10.0.0.0/8").
     "METRICS": _env_bool("STEERBOARD_METRICS", True),

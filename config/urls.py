@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from mailbox import health
-from mailbox.api import metrics
+from mailbox.operations import health
+from mailbox.transports.api import metrics
 
 urlpatterns = [
     # For load balancers and orchestrators: unauthenticated, cheap, JSON (docs/deployment.md).
@@ -18,5 +18,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-handler404 = "mailbox.api.errors.not_found"
-handler500 = "mailbox.api.errors.server_error"
+handler404 = "mailbox.transports.api.errors.not_found"
+handler500 = "mailbox.transports.api.errors.server_error"

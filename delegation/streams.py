@@ -4,7 +4,7 @@ task's changes.
 A stream (``SendStreamingMessage``, ``SubscribeToTask``, and the waits of a blocking
 ``SendMessage`` and of ``CancelTask``: delegation/tasks.py's ``task_follow``) registers
 the task it follows with its team's watch in this process. The watch hears the team's
-doorbells (mailbox/waiting.py's ``team_rings``, the dashboard group on the channel
+doorbells (mailbox/members/waiting.py's ``team_rings``, the dashboard group on the channel
 layer) and, on a ring and every ``RECHECK_SECONDS`` without one (a lost doorbell),
 reads every task its streams follow at once (with the ``read`` its first stream
 brought: ``tasks.tasks_by_id``, a few indexed queries, however many streams and
@@ -12,14 +12,15 @@ however long the histories; at most one read per ``READ_INTERVAL``), then wakes
 only the streams whose task's state changed. A hundred streams on a team cost the database what one does; a stream
 whose task did not change is not woken at all.
 
-A read that fails (the database is away) is counted (mailbox/outage.py) and tried
+A read that fails (the database is away) is counted (mailbox/operations/outage.py) and tried
 again at the next ring or recheck; the streams stay open meanwhile.
 """
 import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from mailbox import outage, waiting
+from mailbox.members import waiting
+from mailbox.operations import outage
 from typing import Protocol
 
 from delegation import db as a2a_db
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 # The watch reads its tasks again this often even without a ring (a lost doorbell).
 RECHECK_SECONDS = 2.0
 # And at most this often: rings (and streams that start) meanwhile are one read
-# (the dashboards' doorbells are folded the same way, mailbox/events.py).
+# (the dashboards' doorbells are folded the same way, mailbox/engine/events.py).
 READ_INTERVAL = 0.1
 
 

@@ -19,7 +19,7 @@ A final state is written on the task row the first time it is read (with the
 answer and tool results), so it stays what it was however the history grows
 afterwards, and reading it again touches no history. Reading a task that is not
 final costs a few index lookups however long the member's history
-(mailbox/history.py): its prompt's entry, and whether a turn boundary follows
+(mailbox/members/history.py): its prompt's entry, and whether a turn boundary follows
 it; only a turn that has a boundary after its start is read entry by entry
 (once, when it ends). ``task_views`` reads many tasks with one lookup of their
 prompts' entries (ListTasks, the streams of delegation/streams.py), and a task
@@ -31,8 +31,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from mailbox import asks, history, interrupt, queue_adapter
 from mailbox import selectors as mailbox_selectors
+from mailbox.engine import queue_adapter
+from mailbox.members import asks, history, interrupt
 from mailbox.models import EntryKind
 
 from django.contrib.auth import get_user_model
@@ -54,7 +55,7 @@ SEND_WAIT_SECONDS = 60.0
 # How long CancelTask waits for an interrupted turn to end before answering with the task as it is.
 CANCEL_WAIT_SECONDS = 10.0
 # A working task whose member waits for a person's answer to an ask made in the task's turn
-# (mailbox/asks.py). Derived on every read and never stored, so it is no TaskState of the row.
+# (mailbox/members/asks.py). Derived on every read and never stored, so it is no TaskState of the row.
 INPUT_REQUIRED = "input_required"
 
 
@@ -293,7 +294,7 @@ def _tool_results(task: TaskRow, started) -> list[dict]:
 
 def task_answer(*, task: TaskRow, caller: Caller, content: str) -> TaskView:
     """The caller's message on a task that is INPUT_REQUIRED: it answers the ask its member
-    waits on (mailbox/asks.py, as an operator's answer would: the first answer wins), a
+    waits on (mailbox/members/asks.py, as an operator's answer would: the first answer wins), a
     decision when the text is one of the ask's options, else in words. Refused on a task
     that waits for nothing."""
     view = task_read(task)

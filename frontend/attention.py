@@ -3,7 +3,7 @@
 Five kinds of item, each with how long it has been so, the last real error and
 what can be done:
 
-- ``ask``: a member's ``ask_human`` waiting for a person's answer (mailbox/asks.py), from
+- ``ask``: a member's ``ask_human`` waiting for a person's answer (mailbox/members/asks.py), from
   the moment it is asked. Asks head the list, oldest first: someone is waiting on a person;
 - ``message``: queued or accepted for longer than ``ATTENTION_AFTER`` seconds
   (default ``REDELIVER_AFTER``), counted from when it entered that state;
@@ -11,9 +11,9 @@ what can be done:
   start it, and work (a message, a prompt) waiting for it past the threshold;
 - ``prompt``: a human prompt still queued after the threshold;
 - ``stalled``: a member whose turn is open with no history entry for
-  ``STEERBOARD_STALL_AFTER`` seconds (its activity, mailbox/activity.py), with its last
+  ``STEERBOARD_STALL_AFTER`` seconds (its activity, mailbox/members/activity.py), with its last
   entry and that entry's age;
-- ``budget``: the team's token budget is used up (mailbox/usage.py): no new turn starts
+- ``budget``: the team's token budget is used up (mailbox/members/usage.py): no new turn starts
   until an operator raises it. It heads the list.
 
 The team list shows the same count for each team (``teams_attention_counts``: the
@@ -21,7 +21,7 @@ same rule, ``member_reason`` for members, read for all the listed teams at once)
 
 Reads are bounded: the team's pending messages (at most the mailbox limit per
 target, read through the (state, queued_at) index), its queued prompts, its roster
-and its members' activity (one read, mailbox/activity.py; the snapshot hands over
+and its members' activity (one read, mailbox/members/activity.py; the snapshot hands over
 what it read).
 """
 from datetime import datetime, timedelta
@@ -30,8 +30,9 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from mailbox import activity, delivery, usage
 from mailbox import selectors as mailbox_selectors
+from mailbox.engine import delivery
+from mailbox.members import activity, usage
 from frontend.markdown import markdown_html
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState,

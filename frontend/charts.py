@@ -32,8 +32,8 @@ from django.db.models import Count
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from mailbox import db
 from mailbox import selectors as mailbox_selectors
+from mailbox.engine import db
 from mailbox.models import TeamMessage
 from teams import selectors as team_selectors
 from teams.models import Team

@@ -15,11 +15,11 @@ from django.views.decorators.http import require_GET
 
 from frontend import selectors
 from frontend.views import _team_or_404, _viewer, content_security_policy
-from mailbox import lead_log
 from mailbox import selectors as mailbox_selectors
-from mailbox.api.errors import error_json
+from mailbox.engine import lead_log
 from mailbox.message_query import MessageListIn
 from mailbox.models import MessageState
+from mailbox.transports.api.errors import error_json
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 

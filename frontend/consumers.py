@@ -36,9 +36,10 @@ import logging
 from accounts.sessions import sessions_signed_out
 from frontend import selectors
 from frontend.signals import session_group, user_group
-from mailbox import events, outage
-from mailbox.consumers import LeanConsumer
-from mailbox.db import to_db_thread
+from mailbox.engine import events
+from mailbox.engine.db import to_db_thread
+from mailbox.operations import outage
+from mailbox.transports.consumers import LeanConsumer
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)

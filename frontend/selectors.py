@@ -15,8 +15,9 @@ from django.utils import timezone
 from steerboard_protocol.turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
-from mailbox import activity, db, usage
 from mailbox import selectors as mailbox_selectors
+from mailbox.engine import db
+from mailbox.members import activity, usage
 from mailbox.models import (
     COUNTED_STATES, UNDELIVERED, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState,
     PromptState, TeamMessage,
@@ -288,7 +289,7 @@ def _team_snapshot(*, team: Team) -> dict:
                 "timeline": turns,
                 "timeline_partial": len(rows) == HISTORY_WINDOW,
                 "prompts": [mailbox_selectors.prompt_out(p) for p in prompts if p.target_id == member.pk],
-                # What the member waits for a person on (mailbox/asks.py), oldest first.
+                # What the member waits for a person on (mailbox/members/asks.py), oldest first.
                 "asks": [mailbox_selectors.ask_out(a) for a in asks if a.member_id == member.pk],
             }
         )

@@ -1,6 +1,6 @@
 """The dashboard's pages and the JSON the page module re-reads. Thin: look up, call a selector, render.
 
-Operators act through the operator REST API (mailbox.api.operators) with the
+Operators act through the operator REST API (mailbox.transports.api.operators) with the
 session and its CSRF token; these views only read.
 """
 import functools
@@ -16,7 +16,7 @@ from django.views.static import serve
 from accounts.authentication import token_or_login_required
 from accounts.operators import is_operator
 from frontend import charts, selectors
-from mailbox.api.errors import error_json
+from mailbox.transports.api.errors import error_json
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
 from teams.models import Team

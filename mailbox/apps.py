@@ -8,10 +8,13 @@ class MailboxConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the OpenAPI extension for member bearer tokens.
-        from mailbox.api import openapi  # noqa: F401
+        from mailbox.transports.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox import db, events, hosts, hot_sql, lead_log, metrics, outage, recovery, tools, tracing
+        from mailbox.engine import db, events, hot_sql, lead_log
+        from mailbox.members import hosts
+        from mailbox.operations import metrics, outage, recovery, tracing
+        from mailbox.transports import tools
         from teams import services as team_services
 
         tools.registry_check()  # the Team tools are the wire contract's (steerboard_protocol.tools)
@@ -19,7 +22,7 @@ class MailboxConfig(AppConfig):
         outage.install_log_filter()  # no traceback per request while the database is away
         tracing.configure()  # off unless OTEL_* asks for traces
         # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,
-        # which sits above mailbox/db.py: db is handed them, it does not import them.
+        # which sits above mailbox/engine/db.py: db is handed them, it does not import them.
         db.writer_parts_install(
             flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction,
             observe=metrics.batch_committed,
@@ -35,6 +38,6 @@ class MailboxConfig(AppConfig):
         hosts.catch_up_with(recovery.host_catch_up)
 
         if settings.STEERBOARD.get("COUNT_SQL"):
-            from mailbox import sqlcount
+            from mailbox.operations import sqlcount
 
             sqlcount.install()

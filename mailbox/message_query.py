@@ -1,6 +1,6 @@
 """The query a team's messages are read by (docs/api.md, "Messages"): the filters and the
 page, with their names and checks. One definition for every surface that lists them:
-the operator API (``GET /api/v1/teams/<team>/messages``, mailbox/api/operators.py) and
+the operator API (``GET /api/v1/teams/<team>/messages``, mailbox/transports/api/operators.py) and
 the console page (frontend/console_views.py), which both hand the result to
 mailbox/selectors.py.
 """

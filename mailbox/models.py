@@ -21,7 +21,7 @@ def ask_id_new() -> str:
 
 
 class MessageState(models.TextChoices):
-    """A team message's delivery state (mailbox/delivery.py has the transitions)."""
+    """A team message's delivery state (mailbox/engine/delivery.py has the transitions)."""
 
     QUEUED = "queued"
     ACCEPTED = "accepted"
@@ -40,7 +40,7 @@ COUNTED_STATES = tuple(s for s in MessageState if s != MessageState.DELIVERED)
 # waits on however many are stored, and marking a message delivered adds no entry to them.
 # SQLite uses a partial index only for a query that repeats its condition word for word (a
 # bound value counts), so every query meant for them filters on this too, and the hot path's
-# SQL writes it as ``NOT (state = 'delivered')`` (mailbox/hot_sql.py); PostgreSQL proves it
+# SQL writes it as ``NOT (state = 'delivered')`` (mailbox/engine/hot_sql.py); PostgreSQL proves it
 # from any state filter but delivered.
 UNDELIVERED = ~Q(state=MessageState.DELIVERED)
 # A target in one of these phases takes no messages (delivery.refuse_phase says why).
@@ -53,7 +53,7 @@ TARGET_SESSIONLESS_STATUSES = (Status.PROVISIONING, Status.INACTIVE)
 class MessageKind(models.TextChoices):
     MESSAGE = "message"  # a member's send_message
     SPAWN_PROMPT = "spawn_prompt"  # the prompt spawn_teammate was given: the teammate's first turn
-    HUMAN_ANSWER = "human_answer"  # a person's answer to the target's own ask_human (mailbox/asks.py)
+    HUMAN_ANSWER = "human_answer"  # a person's answer to the target's own ask_human (mailbox/members/asks.py)
 
 
 class TeamMessage(models.Model):
@@ -76,7 +76,7 @@ class TeamMessage(models.Model):
     seq = models.PositiveBigIntegerField()
     thread_id = models.CharField(max_length=64, blank=True, default="")
     reply_to = models.CharField(max_length=64, blank=True, default="")
-    # A database default too: the hot path's INSERT (mailbox/hot_sql.py) leaves it out.
+    # A database default too: the hot path's INSERT (mailbox/engine/hot_sql.py) leaves it out.
     kind = models.CharField(
         max_length=16, choices=MessageKind.choices, default=MessageKind.MESSAGE, db_default=MessageKind.MESSAGE
     )
@@ -96,7 +96,7 @@ class TeamMessage(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
-    # The W3C trace context of the send's span (mailbox/tracing.py), carried in every steer
+    # The W3C trace context of the send's span (mailbox/operations/tracing.py), carried in every steer
     # frame of the message, whichever process pushes it and however late, and the parent of
     # its ``deliver`` span. NULL unless the sending process traced: the send's statement
     # leaves them out, the writer's batch sets them only when it has one (hot_sql.batch_flush).
@@ -136,8 +136,8 @@ class LogKind(models.TextChoices):
     MESSAGE_FAILED = "team/message/failed"
     MESSAGE_RETRIED = "team/message/retried"  # an operator asked for admission again
     MESSAGE_CANCELLED = "team/message/cancelled"  # an operator took it back before it was delivered
-    BUDGET = "team/budget"  # an operator set the team's token budget (mailbox/budget.py)
-    ASK_ASKED = "team/ask/asked"  # a member asked a person (ask_human; mailbox/asks.py)
+    BUDGET = "team/budget"  # an operator set the team's token budget (mailbox/members/budget.py)
+    ASK_ASKED = "team/ask/asked"  # a member asked a person (ask_human; mailbox/members/asks.py)
     ASK_ANSWERED = "team/ask/answered"  # an operator answered it: the record names the answer's message
     ASK_EXPIRED = "team/ask/expired"  # nobody answered in time: answered "expired" the same way
 
@@ -198,7 +198,7 @@ class HistoryEntry(models.Model):
         ]
         indexes = [
             models.Index(fields=["member", "id"], name="history_member_order"),
-            # An A2A task's reads (mailbox/history.py): the entry that opened a prompt's
+            # An A2A task's reads (mailbox/members/history.py): the entry that opened a prompt's
             # turn, and the turn boundaries after it, found in O(log n) however long the
             # history. Partial: the entries of a team message's delivery pay for neither.
             models.Index(fields=["member", "prompt_id"], name="history_prompt_entry", condition=Q(prompt_id__isnull=False)),
@@ -244,7 +244,7 @@ class HostPresence(models.Model):
 
 class ServerProcess(models.Model):
     """A running server process. Its heartbeat vouches for the websockets it holds
-    (mailbox/presence.py); a process that stopped beating is dead and its
+    (mailbox/members/presence.py); a process that stopped beating is dead and its
     sessions and hosts are reaped by recovery."""
 
     id = models.CharField(primary_key=True, max_length=64)
@@ -270,7 +270,7 @@ class IdempotencyRecord(models.Model):
     concurrent calls with one key produce one effect. ``fingerprint`` is the
     hash of the call's arguments; ``result`` is filled in once the call is done
     (a send stores its message id with the message, then the full result after
-    admission). Expired rows are pruned (mailbox/idempotency.py).
+    admission). Expired rows are pruned (mailbox/engine/idempotency.py).
     """
 
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="idempotency_records")
@@ -289,7 +289,7 @@ class IdempotencyRecord(models.Model):
 
 class MemberUsage(models.Model):
     """What one member's model replies used, per model: the sum of the ``usage`` its
-    history entries report (mailbox/usage.py; the writer adds each new entry's in its
+    history entries report (mailbox/members/usage.py; the writer adds each new entry's in its
     commit, a folded repeat adds nothing). Input tokens include the cached ones."""
 
     member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="usage", db_index=False)
@@ -318,7 +318,7 @@ class AskKind(models.TextChoices):
 
 
 class HumanAsk(models.Model):
-    """A member's question to a person (the ``ask_human`` tool, mailbox/asks.py).
+    """A member's question to a person (the ``ask_human`` tool, mailbox/members/asks.py).
 
     Its answer goes back as a team message to the asker (``answer_message``, kind
     ``human_answer``), stored and delivered by the writer's send job like any other.

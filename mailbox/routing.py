@@ -1,6 +1,6 @@
 from django.urls import path
 
-from mailbox.consumers import AgentConsumer, HostConsumer
+from mailbox.transports.consumers import AgentConsumer, HostConsumer
 
 websocket_urlpatterns = [
     path("ws/agent/", AgentConsumer.as_asgi()),

@@ -3,7 +3,7 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
-from mailbox import usage
+from mailbox.members import usage
 from mailbox.models import (
     COUNTED_STATES, PENDING_STATES, UNDELIVERED, AskState, HistoryEntry, HumanAsk, HumanPrompt, MessageState, PromptState,
     TeamMessage,
@@ -293,7 +293,7 @@ def members_mid_turn(*, team_id: int) -> list[int]:
     )
 
 
-# --- ask_human's asks (mailbox/asks.py writes them) -------------------------------------------
+# --- ask_human's asks (mailbox/members/asks.py writes them) -------------------------------------------
 def pending_asks_for(member: Member):
     """The asks of ``member`` waiting for a person, oldest first: the one query for "this
     member has a pending ask" (``.exists()``) and what it asks (``.first()``). An expired ask

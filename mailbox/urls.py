@@ -1,8 +1,8 @@
 from django.conf import settings
 from django.urls import path
 
-from mailbox import sqlcount
-from mailbox.api import export, inbox, member_admin, operators, protocol, tools
+from mailbox.operations import sqlcount
+from mailbox.transports.api import export, inbox, member_admin, operators, protocol, tools
 
 urlpatterns = [
     path("tools", tools.tools_list, name="tools-list"),
@@ -14,7 +14,7 @@ urlpatterns = [
     path("inbox", inbox.inbox, name="inbox"),
     path("teams", operators.TeamsView.as_view(), name="teams"),
     path("teams/<str:team>", operators.TeamDetailView.as_view(), name="team-detail"),
-    path("teams/<str:team>/export", export.team_export, name="team-export"),  # NDJSON, operators (mailbox/archive.py)
+    path("teams/<str:team>/export", export.team_export, name="team-export"),  # NDJSON, operators (mailbox/operations/archive.py)
     path("teams/<str:team>/messages", operators.MessagesView.as_view(), name="team-messages"),
     path("teams/<str:team>/messages/<str:message_id>", operators.MessageDetailView.as_view(), name="message-detail"),
     path("teams/<str:team>/retry", operators.TeamRetryView.as_view(), name="team-retry"),

@@ -37,18 +37,18 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_CONFLICT = "IDEMPOTENCY_KEY_CONFLICT"
     MESSAGE_ALREADY_DELIVERED = "MESSAGE_ALREADY_DELIVERED"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
-    # ask_human (mailbox/asks.py): an ask already answered or expired (the first answer won);
+    # ask_human (mailbox/members/asks.py): an ask already answered or expired (the first answer won);
     # a decision that is not one of the ask's options; too many asks of one member waiting.
     ASK_NOT_PENDING = "ASK_NOT_PENDING"
     ASK_INVALID_DECISION = "ASK_INVALID_DECISION"
     TOO_MANY_ASKS = "TOO_MANY_ASKS"
     # Never raised as a refusal: why a message or prompt waits (the team's token budget is
-    # used up: mailbox/usage.py), in a send's delivery observation, a message's last_error
+    # used up: mailbox/members/usage.py), in a send's delivery observation, a message's last_error
     # and the dashboard.
     TEAM_BUDGET_EXHAUSTED = "TEAM_BUDGET_EXHAUSTED"
     # Never raised as a refusal: what a transport answers when the server itself failed.
     SERVER_ERROR = "SERVER_ERROR"
-    # Never raised as a refusal: the database (or Redis) is out of reach just now (mailbox/outage.py).
+    # Never raised as a refusal: the database (or Redis) is out of reach just now (mailbox/operations/outage.py).
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
 

@@ -11,7 +11,7 @@ class Team(models.Model):
     host_token_hash = models.CharField(max_length=64, db_index=True)
     next_task_number = models.PositiveIntegerField(default=1)
     # The tokens (input + output) the team's models may use in all, set by an operator;
-    # None: STEERBOARD_TEAM_TOKEN_BUDGET, and no budget when that is unset (mailbox/usage.py).
+    # None: STEERBOARD_TEAM_TOKEN_BUDGET, and no budget when that is unset (mailbox/members/usage.py).
     token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -55,7 +55,7 @@ class Status(models.TextChoices):
 
 class Activity(models.TextChoices):
     """What a member is doing now, and why (docs/protocol.md, "Activity"): derived by
-    mailbox/activity.py from what the server records, never from the agent's word."""
+    mailbox/members/activity.py from what the server records, never from the agent's word."""
 
     WORKING = "working"  # a turn open: a tool running, or the model thinking
     WAITING_PEER = "waiting_peer"  # inside await_message or wait_agent
@@ -129,7 +129,7 @@ class MemberToken(models.Model):
 class RevokedToken(models.Model):
     """A member token revoked in the last hour (teams/tokens.py writes one with each revoke):
     what every server process reads, a few rows at a time, to close the websockets it
-    holds open with a revoked token (mailbox/auth.py)."""
+    holds open with a revoked token (mailbox/transports/auth.py)."""
 
     token_hash = models.CharField(max_length=64)
     revoked_at = models.DateTimeField(db_index=True)

@@ -50,7 +50,7 @@ def member_get(*, team_id: int, name: str) -> Member | None:
 
 def member_out(member: Member, *, activity: dict) -> dict:
     """A member as the tools show it (teams.schemas.MemberOut: the model is the one list of fields),
-    with its ``activity`` (mailbox/activity.py derives it)."""
+    with its ``activity`` (mailbox/members/activity.py derives it)."""
     return MemberOut(
         name=member.name, role=member.role, status=member.status, description=member.description, activity=activity
     ).model_dump()

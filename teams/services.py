@@ -4,7 +4,7 @@ Every function here is a service: keyword-only arguments, one transaction,
 a ``TeamError`` for every refusal. A change to the roster (a teammate spawned) or
 to the board (a task created or updated) is recorded in the team's log in the
 same transaction, by the recorder the mailbox hands this module when its app is
-ready (the Lead log, mailbox/lead_log.py). Delivery is not this module's
+ready (the Lead log, mailbox/engine/lead_log.py). Delivery is not this module's
 business; ``mailbox`` builds on it.
 """
 from collections.abc import Iterable

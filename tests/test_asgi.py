@@ -90,7 +90,7 @@ def test_starting_the_application_does_not_import_the_mcp_and_a2a_sdks():
     # A fresh interpreter: this one's test modules may have imported them already.
     probe = (
         "import sys, config.asgi; "
-        "print(sorted(m for m in ('mcp', 'a2a', 'mailbox.mcp_server', 'delegation.server') if m in sys.modules))"
+        "print(sorted(m for m in ('mcp', 'a2a', 'mailbox.transports.mcp_server', 'delegation.server') if m in sys.modules))"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True, cwd=ROOT)

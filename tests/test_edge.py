@@ -1,7 +1,7 @@
-"""The edge (mailbox/edge.py, issue 30 item 2): one gate in front of every transport, on the
+"""The edge (mailbox/transports/edge.py, issue 30 item 2): one gate in front of every transport, on the
 real ASGI application. A Host that ALLOWED_HOSTS does not admit gets one code everywhere; a
 refused send_message says ``persisted: false`` alike over REST, the websocket and /mcp (the
-tool declares it, mailbox/tools.py); /mcp serves the member the edge found (and a revoked
+tool declares it, mailbox/transports/tools.py); /mcp serves the member the edge found (and a revoked
 token is still refused); the process's sweeper is started by the edge, once a request got
 through."""
 import json
@@ -12,8 +12,10 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
-from mailbox import auth, edge, lifecycle, sweeper
-from mailbox.mcp_server import mcp_app
+from mailbox.members import lifecycle
+from mailbox.operations import sweeper
+from mailbox.transports import auth, edge
+from mailbox.transports.mcp_server import mcp_app
 from teams.models import Member
 from tests.support.inproc import Agent, Api, spawn, team_new
 

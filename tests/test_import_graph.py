@@ -157,7 +157,7 @@ def test_the_graph_sees_lazy_imports_submodules_and_relative_imports():
 
 def test_no_import_circle_among_project_modules():
     graph = import_graph()
-    assert "mailbox.delivery" in graph and graph["mailbox.delivery"], "the graph found no imports: is ROOT right?"
+    assert graph.get("mailbox.engine.delivery"), "the graph found no imports: is ROOT right?"
     found = cycles(graph)
     report = "\n".join(
         f"circle: {' -> '.join(each['circle'])}\n  all of: {', '.join(each['modules'])}\n"
@@ -229,7 +229,8 @@ def test_the_protocol_package_imports_nothing_of_either_side():
 # query no model themselves (no ORM manager in their source).
 TRANSPORTS = (
     "config.asgi", "delegation.handler", "delegation.server", "frontend.console_views", "frontend.consumers",
-    "frontend.views", "mailbox.api", "mailbox.consumers", "mailbox.edge", "mailbox.mcp_server",
+    "frontend.views", "mailbox.transports.api", "mailbox.transports.consumers", "mailbox.transports.edge",
+    "mailbox.transports.mcp_server",
 )
 # What wires the transports to their paths (and the app that registers the OpenAPI extension),
 # and the command that drives the whole product.
@@ -242,7 +243,7 @@ def _is(module: str, names: tuple[str, ...]) -> bool:
 
 def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
     graph = import_graph()
-    assert _is("mailbox.api.inbox", TRANSPORTS) and "mailbox.consumers" in graph
+    assert _is("mailbox.transports.api.inbox", TRANSPORTS) and "mailbox.transports.consumers" in graph
     upward = [
         f"{module} imports {name}"
         for module, imported in sorted(graph.items())
@@ -260,3 +261,18 @@ def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
         if isinstance(node, ast.Attribute) and node.attr == "objects"
     ]
     assert not querying, "a transport queries the ORM itself; read through a selector or a service:\n" + "\n".join(querying)
+
+
+# The mailbox's top holds the Django app and what every part reads; each other module lives in
+# the package of its part of the design (docs/code.md, "The mailbox").
+MAILBOX_TOP = {"__init__.py", "apps.py", "models.py", "selectors.py", "text_match.py", "message_query.py",
+               "urls.py", "routing.py", "migrations", "management"}
+MAILBOX_PARTS = {"engine", "members", "transports", "operations"}
+
+
+def test_the_mailbox_top_holds_the_app_and_its_parts_only():
+    top = {p.name for p in (ROOT / "mailbox").iterdir() if p.name != "__pycache__"}
+    assert top - MAILBOX_TOP - MAILBOX_PARTS == set(), (
+        "a module at mailbox/'s top: put it in the package of its part (docs/code.md, \"The mailbox\")"
+    )
+    assert MAILBOX_PARTS <= top

@@ -1,6 +1,6 @@
 """The Team tools by name, as the wire contract lists them (docs/protocol.md, "Tools").
 
-The server's registry (mailbox/tools.py) must offer exactly these; it checks at start
+The server's registry (mailbox/transports/tools.py) must offer exactly these; it checks at start
 (mailbox/apps.py) and refuses to run otherwise. The SDK offers them to its models.
 """
 TEAM_TOOLS = (

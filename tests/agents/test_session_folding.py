@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import recovery
+from mailbox.operations import recovery
 from steerboard_agents import AgentSession, ModelReply, StepContext
 from tests.agents.support import Team
 from tests.support.inproc import LIVE_TIMINGS

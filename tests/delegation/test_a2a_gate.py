@@ -9,8 +9,10 @@ from channels.db import database_sync_to_async
 from delegation import selectors, server, tasks
 from delegation.credentials import credential_create
 from delegation.models import DelegatedTask
-from mailbox import outage, queue_adapter, quota
+from mailbox.engine import queue_adapter
 from mailbox.models import HumanPrompt
+from mailbox.operations import outage
+from mailbox.transports import quota
 from tests.delegation.support import A2A_VERSION, rpc, send_params
 from tests.support.inproc import spawn, team_new
 

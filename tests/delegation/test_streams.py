@@ -2,7 +2,8 @@
 which reads every followed task once per doorbell and wakes only the streams whose
 task changed (issue 26, item 2), on the test run's channel layer and database."""
 import asyncio
-from mailbox import hot_path, sessions
+from mailbox.engine import hot_path
+from mailbox.members import sessions
 
 import pytest
 from channels.db import database_sync_to_async
@@ -75,7 +76,7 @@ async def test_a_stream_stays_open_while_the_database_is_away_and_catches_up_aft
     import django.db
 
     from delegation import tasks
-    from mailbox import outage
+    from mailbox.operations import outage
 
     team, worker, first, _ = await two_tasks()
     reads_failed = []

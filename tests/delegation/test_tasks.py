@@ -1,7 +1,8 @@
 """delegation/tasks.py and credentials.py on the real database: an A2A task's state is
 read from its prompt and the member's history, and only the right callers get in."""
 import json
-from mailbox import hot_path, sessions
+from mailbox.engine import hot_path
+from mailbox.members import sessions
 from mailbox.models import HistoryEntry, HumanPrompt, PromptState
 
 import pytest

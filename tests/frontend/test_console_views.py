@@ -9,7 +9,8 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from frontend import attention, selectors
-from mailbox import asks, delivery, hot_path, lead_log, queue_adapter
+from mailbox.engine import delivery, hot_path, lead_log, queue_adapter
+from mailbox.members import asks
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, TeamMessage
 from teams import services as team_services

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from frontend import selectors
-from mailbox import hot_path, queue_adapter
+from mailbox.engine import hot_path, queue_adapter
 from mailbox.models import HistoryEntry, MessageKind
 from teams import services as team_services
 

@@ -257,7 +257,7 @@ def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only
     between showed one message both as queued (or accepted) and as delivered."""
     import threading
 
-    from mailbox import hot_path
+    from mailbox.engine import hot_path
 
     team, lead, impl = _team("moment")
     sent = hot_path.message_store(sender=lead, target_name="implementer", content="hello")

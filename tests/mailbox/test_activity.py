@@ -1,4 +1,4 @@
-"""Every member's activity (issue 28 item 3: mailbox/activity.py), derived from real sessions over
+"""Every member's activity (issue 28 item 3: mailbox/members/activity.py), derived from real sessions over
 a real websocket against the application served in-process on a thread of its own
 (tests/support/inproc.py): each state as list_agents, the operator REST roster and the
 dashboard's snapshot all show it, the same in all three."""

@@ -1,4 +1,4 @@
-"""What reading the members' activity costs (mailbox/activity.py), and the rule's order where a
+"""What reading the members' activity costs (mailbox/members/activity.py), and the rule's order where a
 pending human ask meets the other states. The states themselves, from real sessions over the
 websocket, are tests/mailbox/test_activity.py's."""
 from datetime import timedelta
@@ -8,7 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from mailbox import activity, hot_path, usage
+from mailbox.engine import hot_path
+from mailbox.members import activity, usage
 from teams import services as team_services
 from teams.models import Member, Phase, SessionState
 

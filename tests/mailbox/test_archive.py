@@ -1,4 +1,4 @@
-"""A team's export and import (mailbox/archive.py; manage.py team_export / team_import;
+"""A team's export and import (mailbox/operations/archive.py; manage.py team_export / team_import;
 GET /api/v1/teams/<team>/export; issue 29 item 4): export → import into a new name → export
 gives the same stream but for the team's name and the message and prompt ids the import
 replaced; a bad stream is refused whole; the operator's export streams the same lines."""
@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group, User
 from django.core.management import CommandError, call_command
 
 from accounts.tokens import operator_token_create
-from mailbox import delivery, hot_path, queue_adapter
+from mailbox.engine import delivery, hot_path, queue_adapter
 from mailbox.models import HistoryEntry, HumanPrompt, TeamMessage
 from teams import services
 from teams.models import Member
@@ -179,8 +179,8 @@ def test_the_export_holds_one_page_in_memory_however_many_messages(settings, mon
     page of rows), not five times as much. (Pages of 50 here, so that the test sends few.)"""
     import tracemalloc
 
-    from mailbox import archive
-    from mailbox.archive import export_lines
+    from mailbox.operations import archive
+    from mailbox.operations.archive import export_lines
 
     monkeypatch.setattr(archive, "PAGE", 50)
     PAGE = archive.PAGE

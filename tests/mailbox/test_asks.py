@@ -1,4 +1,4 @@
-"""ask_human and its answer (mailbox/asks.py; issue 28 items 1-2): the ask is durable (a row and a
+"""ask_human and its answer (mailbox/members/asks.py; issue 28 items 1-2): the ask is durable (a row and a
 Lead-log record) before the tool answers; an operator's answer comes back to the asker as a team
 message steered through the writer's send job (running, or cold-resumed through its host), whose
 steer names the ask, the decision and who answered; the first answer wins (409 ASK_NOT_PENDING),
@@ -10,8 +10,9 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox import asks, recovery
+from mailbox.members import asks
 from mailbox.models import HistoryEntry, HumanAsk, LeadLogRecord, TeamMessage
+from mailbox.operations import recovery
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -295,7 +296,7 @@ async def test_a_polling_session_reads_the_answer_with_its_ask_and_reporting_it_
 
 
 async def test_an_mcp_inbox_read_records_the_answer_with_the_human_answer_source(api):
-    from mailbox import inbox
+    from mailbox.members import inbox
     from teams.models import Member
 
     team = await team_new()

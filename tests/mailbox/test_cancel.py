@@ -1,4 +1,4 @@
-"""An operator cancels a message that is not delivered yet (mailbox/delivery.py message_cancel;
+"""An operator cancels a message that is not delivered yet (mailbox/engine/delivery.py message_cancel;
 issue 28 item 4): it becomes ``cancelled``, a final state, in the Lead log and the trace; it is
 never pushed or replayed afterwards, also not by a push already in flight (the target's entry
 for it is answered but records nothing); a delivered message answers 409. A cancel racing the
@@ -10,8 +10,8 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox import recovery
 from mailbox.models import HistoryEntry, TeamMessage
+from mailbox.operations import recovery
 from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

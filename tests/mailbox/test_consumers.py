@@ -1,4 +1,4 @@
-"""mailbox/consumers.py: channel-layer events that end a websocket, and which websocket an event is for."""
+"""mailbox/transports/consumers.py: channel-layer events that end a websocket, and which websocket an event is for."""
 import asyncio
 
 import pytest
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def test_a_reset_closes_an_agent_websocket_with_reconnect_code(api):
-    """What a process taken for dead sends its websockets (mailbox/presence.py)."""
+    """What a process taken for dead sends its websockets (mailbox/members/presence.py)."""
     team = await team_new()
     impl = await spawn(api, team["lead"], "alpha", "impl")
     agent = Agent(impl)

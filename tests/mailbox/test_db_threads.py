@@ -1,13 +1,13 @@
-"""mailbox/db.py: the process's database threads keep their connections."""
+"""mailbox/engine/db.py: the process's database threads keep their connections."""
 import asyncio
 import threading
 
 import pytest
 from django.db import connection
 
-from mailbox import db
-from mailbox.db import to_db_thread
-from mailbox.writer import Job
+from mailbox.engine import db
+from mailbox.engine.db import to_db_thread
+from mailbox.engine.writer import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

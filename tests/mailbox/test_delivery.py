@@ -1,11 +1,11 @@
-"""mailbox/delivery.py: Steer delivery to running, idle and inactive targets."""
+"""mailbox/engine/delivery.py: Steer delivery to running, idle and inactive targets."""
 import threading
 
 import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
 
-from mailbox import delivery
+from mailbox.engine import delivery
 from tests.support.sends import message_send
 from mailbox.models import HistoryEntry, LeadLogRecord, MessageState, TeamMessage
 from teams.models import SessionState

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from mailbox import hot_path
+from mailbox.engine import hot_path
 from tests.support.sends import message_send
 from mailbox.models import HistoryEntry, MessageState, TeamMessage
 from teams.services import member_spawn, team_create

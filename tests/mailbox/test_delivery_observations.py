@@ -1,9 +1,9 @@
-"""The `delivery` observation in send_message's result (mailbox/answers.py: delivery_observation)."""
+"""The `delivery` observation in send_message's result (mailbox/engine/answers.py: delivery_observation)."""
 from datetime import datetime
 
 import pytest
 
-from mailbox import faults
+from mailbox.engine import faults
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,11 +1,11 @@
-"""``/readyz`` during an outage (mailbox/health.py, issue 26): it says what is out of
+"""``/readyz`` during an outage (mailbox/operations/health.py, issue 26): it says what is out of
 reach, ``unavailable``, and nothing about where it is; the detail goes to the log."""
 import logging
 
 import pytest
 from django.db import OperationalError
 
-from mailbox import health, outage
+from mailbox.operations import health, outage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,8 +12,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from config.asgi import application
-from mailbox import consumers, sessions, wire
+from mailbox.members import sessions
 from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, TeamMessage
+from mailbox.transports import consumers, wire
 from teams.models import Member, Task
 from tests.support.inproc import Agent, spawn, team_new
 

@@ -1,4 +1,4 @@
-"""mailbox/hosts.py: asking a team's hosts to start members, on the real database.
+"""mailbox/members/hosts.py: asking a team's hosts to start members, on the real database.
 
 The interleaving test injects a session's hello between the sweeper's query and
 its locked re-read, through Django's public ``execute_wrapper`` hook.
@@ -6,7 +6,7 @@ its locked re-read, through Django's public ``execute_wrapper`` hook.
 import pytest
 from django.db import connection
 
-from mailbox import hosts
+from mailbox.members import hosts
 from mailbox.models import HostPresence
 from teams.models import Member, MemberToken, Phase, TokenKind
 from teams.services import member_session_set, member_spawn, team_create

@@ -1,4 +1,4 @@
-"""mailbox/hot_path.py (SendJob, EntryJob, EntriesJob) and mailbox/writer.py's group commit.
+"""mailbox/engine/hot_path.py (SendJob, EntryJob, EntriesJob) and mailbox/engine/writer.py's group commit.
 
 A send or an entry is stored by these jobs only, whether the writer runs them (the
 transports) or the caller's thread does (a spawn prompt, recovery, management commands):
@@ -12,9 +12,11 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import db, events, hot_path, idempotency, recovery, wire
+from mailbox.engine import db, events, hot_path, idempotency
+from mailbox.engine.writer import Job
 from mailbox.models import HistoryEntry, IdempotencyRecord, LeadLogRecord, TeamMessage
-from mailbox.writer import Job
+from mailbox.operations import recovery
+from mailbox.transports import wire
 from teams import schemas
 from teams.errors import TeamError
 from teams.models import Member
@@ -426,7 +428,7 @@ async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(ap
 
 
 async def test_a_member_token_lookup_is_cached_within_its_bound(api, settings):
-    from mailbox import auth
+    from mailbox.transports import auth
     from teams.models import MemberToken
 
     team = await team_new()
@@ -444,7 +446,7 @@ async def test_a_member_token_lookup_is_cached_within_its_bound(api, settings):
 
 
 async def test_an_unknown_token_is_never_cached(api):
-    from mailbox import auth
+    from mailbox.transports import auth
 
     await team_new()
     headers = [(b"authorization", b"Bearer sbm_not-a-token")]

@@ -1,4 +1,4 @@
-"""mailbox/idempotency.py: idempotency keys on send_message and team_task_create."""
+"""mailbox/engine/idempotency.py: idempotency keys on send_message and team_task_create."""
 import asyncio
 from datetime import timedelta
 
@@ -7,7 +7,7 @@ from channels.db import database_sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
-from mailbox.idempotency import keys_prune
+from mailbox.engine.idempotency import keys_prune
 from mailbox.models import IdempotencyRecord, LeadLogRecord, TeamMessage
 from teams.models import Task
 from tests.support.inproc import spawn, team_new
@@ -221,7 +221,8 @@ async def test_malformed_keys_are_refused(api, key):
 
 
 def test_the_sweeper_prunes_when_the_process_starts_and_then_hourly(db, monkeypatch):
-    from mailbox import idempotency, recovery
+    from mailbox.engine import idempotency
+    from mailbox.operations import recovery
     from teams.services import team_create
 
     _, lead, _, _ = team_create(name="gamma")

@@ -7,7 +7,8 @@ import logging
 import pytest
 
 from config.log_format import JsonFormatter
-from mailbox import faults, tools
+from mailbox.engine import faults
+from mailbox.transports import tools
 from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,7 +38,7 @@ async def test_a_failed_tool_call_on_a_websocket_logs_its_team_and_member(api, j
     await lead.send({"type": "tool", "id": "c1", "name": "team_task_list", "arguments": {}})
     await lead.expect("tool_result")
     [line] = [line for line in json_lines() if line["message"].startswith("tool team_task_list")]
-    assert line["level"] == "WARNING" and line["logger"] == "mailbox.consumers"
+    assert line["level"] == "WARNING" and line["logger"] == "mailbox.transports.consumers"
     assert line["team"] == "alpha" and line["member"] == "lead"
     assert "the board is on fire" in line["exception"]
     assert line["time"].endswith("Z") and isinstance(line["process"], int)

@@ -1,7 +1,7 @@
-"""The Lead log's message records (mailbox/lead_log.py) hold exactly the fields it
+"""The Lead log's message records (mailbox/engine/lead_log.py) hold exactly the fields it
 defines for their kind, whichever path wrote them: the send and deliver jobs
-(mailbox/hot_path.py: SQLite's batch INSERT, PostgreSQL's WITH clauses) and admission,
-retries and recovery (mailbox/delivery.py through mailbox/lead_log.py). A shape that
+(mailbox/engine/hot_path.py: SQLite's batch INSERT, PostgreSQL's WITH clauses) and admission,
+retries and recovery (mailbox/engine/delivery.py through mailbox/engine/lead_log.py). A shape that
 drifts on one path fails here."""
 import inspect
 
@@ -10,8 +10,8 @@ from channels.db import database_sync_to_async
 
 from django.utils import timezone
 
-from mailbox import asks, delivery, faults, hot_path, lead_log, wire
-from mailbox.lead_log import (
+from mailbox.engine import delivery, faults, hot_path, lead_log
+from mailbox.engine.lead_log import (
     MESSAGE_FIELDS,
     accepted_record,
     ask_answered_record,
@@ -23,7 +23,9 @@ from mailbox.lead_log import (
     records_select,
     retried_record,
 )
+from mailbox.members import asks
 from mailbox.models import HumanAsk, LeadLogRecord, LogKind, TeamMessage
+from mailbox.transports import wire
 from tests.mailbox.test_hot_path import entry_for, member
 from tests.support.inproc import Agent, spawn, team_new
 from tests.support.sends import message_send
@@ -122,7 +124,7 @@ async def test_every_record_of_admission_and_recovery_has_the_fields_the_lead_lo
     taken_back, _ = await send(sender=lead, target_name="reviewer", content="an operator takes it back")
     await database_sync_to_async(delivery.message_cancel)(message=taken_back, by="ops")
 
-    # A person's answer to an ask, and an ask that expired (mailbox/asks.py).
+    # A person's answer to an ask, and an ask that expired (mailbox/members/asks.py).
     for question, expires in (("answered?", None), ("expired?", 60)):
         ask = await database_sync_to_async(asks.ask_create)(
             member=target, question=question, options=[], expires_in_s=expires

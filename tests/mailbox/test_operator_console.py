@@ -4,8 +4,8 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox import recovery
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
+from mailbox.operations import recovery
 from teams.models import Member, Phase
 from tests.support.inproc import Agent, spawn, team_new
 
@@ -123,7 +123,7 @@ async def test_the_trace_lists_every_lead_log_event_in_order_with_the_delivering
 
 
 async def test_a_failed_admission_counts_and_its_error_clears_once_the_message_moves_on(api):
-    from mailbox import faults
+    from mailbox.engine import faults
 
     team = await team_new()
     coder = await spawn(api, team["lead"], "alpha", "coder")

@@ -1,12 +1,12 @@
-"""Target-local order, temporary failures and recovery (mailbox/delivery.py)."""
+"""Target-local order, temporary failures and recovery (mailbox/engine/delivery.py)."""
 import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import faults
-from mailbox.recovery import messages_recover
+from mailbox.engine import faults
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
+from mailbox.operations.recovery import messages_recover
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

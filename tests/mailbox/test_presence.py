@@ -1,4 +1,4 @@
-"""mailbox/presence.py: which processes are alive, and recovery of what a dead
+"""mailbox/members/presence.py: which processes are alive, and recovery of what a dead
 process left behind (recovery.presence_reap); a live process taken for dead.
 
 These run on whatever the test run is on (scripts/test.sh runs them on SQLite +
@@ -15,7 +15,9 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.utils import timezone
 
-from mailbox import delivery, presence, recovery
+from mailbox.engine import delivery
+from mailbox.members import presence
+from mailbox.operations import recovery
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, MessageState, ServerProcess, SessionPresence
 from teams.models import Member, SessionState, Status

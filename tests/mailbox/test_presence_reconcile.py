@@ -15,8 +15,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import OperationalError
 
-from mailbox import hosts, recovery, sessions
+from mailbox.members import hosts, sessions
 from mailbox.models import HostPresence, SessionPresence
+from mailbox.operations import recovery
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
 

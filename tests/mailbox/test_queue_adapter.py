@@ -1,4 +1,4 @@
-"""mailbox/sessions.py: human prompts through the Queue adapter are always their own turn."""
+"""mailbox/members/sessions.py: human prompts through the Queue adapter are always their own turn."""
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User

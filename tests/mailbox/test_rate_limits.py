@@ -1,13 +1,13 @@
 """Issue 12, item 10: each bearer token's request rate on the agents' API (the tools,
 the inbox, the session endpoints), /mcp and the websocket's tool frames is limited
-(mailbox/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After.
+(mailbox/transports/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After.
 Issue 26: so are a member token's reads of the operator REST (every request with a bearer token)."""
 import asyncio
 
 import pytest
 
-from mailbox import quota
 from mailbox.models import TeamMessage
+from mailbox.transports import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +105,7 @@ async def test_websocket_tool_frames_share_the_tokens_budget(api):
 
 
 async def test_member_token_reads_of_the_operator_rest_take_from_the_tokens_bucket(api):
-    # A member token reads its own team through the operator REST (mailbox/api/permissions.py):
+    # A member token reads its own team through the operator REST (mailbox/transports/api/permissions.py):
     # those reads are requests with a bearer token like any other, and share its budget.
     team = await team_new()
     quota.requests.clear()

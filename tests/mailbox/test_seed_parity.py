@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from mailbox import events
+from mailbox.engine import events
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -40,7 +40,7 @@ def phase_of(name: str) -> str:
 
 async def start_failure_handled(error: str) -> None:
     """The host's start_failed frame is handled: its Lead-log record is committed, in the
-    transaction that fails the member (mailbox/hosts.host_start_failed)."""
+    transaction that fails the member (mailbox/members/hosts.host_start_failed)."""
     recorded = database_sync_to_async(lambda: LeadLogRecord.objects.filter(data__start_failed=error).exists())
     for _ in range(200):
         if await recorded():
@@ -133,7 +133,7 @@ async def _running_teammate(api, team):
 
 
 async def doorbells_rung(team) -> None:
-    """Until every doorbell of the team rung so far has gone out (mailbox/events.rings_pending).
+    """Until every doorbell of the team rung so far has gone out (mailbox/engine/events.rings_pending).
     A wait that starts after this hears only its own subscribe."""
     async with asyncio.timeout(5):
         while events.rings_pending(team["team"].pk):

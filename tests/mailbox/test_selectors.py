@@ -7,7 +7,9 @@ without a scan, pages that never skip or repeat, and who needs a host."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from mailbox import hot_path, queue_adapter, selectors, sessions
+from mailbox import selectors
+from mailbox.engine import hot_path, queue_adapter
+from mailbox.members import sessions
 from tests.support.sends import message_send
 from mailbox.models import MessageState
 from teams.errors import ErrorCode, TeamError

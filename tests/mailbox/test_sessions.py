@@ -1,4 +1,4 @@
-"""mailbox/sessions.py: what happens when an agent session says hello, reports its
+"""mailbox/members/sessions.py: what happens when an agent session says hello, reports its
 status or an entry, and closes; a host leaving or failing a start; interrupt.
 
 Called as the websocket consumers call them, on the real database and channel
@@ -11,7 +11,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
-from mailbox import delivery, hosts, hot_path, interrupt, presence, queue_adapter, sessions
+from mailbox.engine import delivery, hot_path, queue_adapter
+from mailbox.members import hosts, interrupt, presence, sessions
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, SessionPresence
 from teams.errors import ErrorCode, TeamError

@@ -1,4 +1,4 @@
-"""mailbox/sweeper.py: the recovery pass each process runs in the background.
+"""mailbox/operations/sweeper.py: the recovery pass each process runs in the background.
 
 Several processes may sweep at once: admission claims targets with SKIP LOCKED
 (PostgreSQL), so a sweeper never waits for a target another transaction holds.
@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from mailbox import delivery, hot_path
+from mailbox.engine import delivery, hot_path
 from mailbox.models import LeadLogRecord, MessageState
 from teams.models import Member, SessionState
 from teams.services import member_session_set, member_spawn, team_create
@@ -72,7 +72,7 @@ def heap(monkeypatch):
     """A settle baseline of this test's own, and the test process's heap unfrozen afterwards."""
     import gc
 
-    from mailbox import sweeper
+    from mailbox.operations import sweeper
 
     monkeypatch.setattr(sweeper, "_heap_baseline", 0)
     monkeypatch.setattr(sweeper, "_heap_frozen", 0)

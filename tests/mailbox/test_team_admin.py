@@ -1,5 +1,5 @@
 """Operators make teams and rotate their host tokens over the operator REST API (issue 33
-item 10; mailbox/api/operators.py, mailbox/lifecycle.team_host_token_rotate): the tokens
+item 10; mailbox/transports/api/operators.py, mailbox/members/lifecycle.team_host_token_rotate): the tokens
 are answered once, as `manage.py team_create` prints them; viewers and member tokens get 403."""
 import asyncio
 

@@ -71,7 +71,7 @@ def test_the_registry_offers_exactly_the_protocols_tools_or_the_server_does_not_
     from django.core.exceptions import ImproperlyConfigured
     from steerboard_protocol.tools import TEAM_TOOLS
 
-    from mailbox import tools
+    from mailbox.transports import tools
 
     assert set(tools.TOOLS) == set(TEAM_TOOLS)
     tools.registry_check()

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (mailbox/tracing.py, issue 29 item 2): a span for each tool call
+"""OpenTelemetry traces (mailbox/operations/tracing.py, issue 29 item 2): a span for each tool call
 whose parent is the caller's W3C traceparent on REST, /mcp and websocket tool frames; inside
 a send_message the send's span with its message id and its queued / accepted events; the
 send's context stored with the message and carried in each of its steer frames (the push at
@@ -11,8 +11,9 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox import delivery, tracing
+from mailbox.engine import delivery
 from mailbox.models import TeamMessage
+from mailbox.operations import tracing
 from tests.support.inproc import Agent, spawn, team_new, token_for
 from tests.support.spans import by_name, hex_ids, in_memory_spans, traceparent_of
 
@@ -245,7 +246,7 @@ def test_with_tracing_off_the_hot_paths_statements_leave_the_trace_columns_alone
     are read by the ``_traced`` variants and written by the batch's own statement only."""
     from django.db import connection
 
-    from mailbox import hot_sql
+    from mailbox.engine import hot_sql
 
     sql = hot_sql.statements(connection)
     untraced = [sql.message_insert, sql.mark_delivered, sql.send_piped, sql.send_piped_keyed, sql.entry_piped,

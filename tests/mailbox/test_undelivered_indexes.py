@@ -12,8 +12,10 @@ from django.utils import timezone
 
 from frontend import attention
 from frontend import selectors as frontend_selectors
-from mailbox import hot_sql, metrics, recovery, selectors
+from mailbox import selectors
+from mailbox.engine import hot_sql
 from mailbox.models import LeadLogRecord, MessageState, TeamMessage
+from mailbox.operations import metrics, recovery
 from teams.models import Member, Phase, SessionState
 from teams.services import member_spawn, team_create
 from tests.support.sends import message_send, messages_store_delivered
@@ -96,7 +98,7 @@ def test_every_read_of_undelivered_messages_uses_their_partial_index(team, read)
 
 
 def test_the_hot_paths_mailbox_counts_use_the_partial_index(team):
-    # The SQL the writer's send runs (mailbox/hot_sql.py): the target's pending count, in one
+    # The SQL the writer's send runs (mailbox/engine/hot_sql.py): the target's pending count, in one
     # statement with its claim on SQLite, and the count a refusal reports.
     sql = hot_sql.statements(connection)
     w1 = Member.objects.get(team=team, name="w1")

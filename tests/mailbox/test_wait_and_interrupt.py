@@ -1,4 +1,4 @@
-"""mailbox/tools.py: wait_agent and interrupt_agent."""
+"""mailbox/transports/tools.py: wait_agent and interrupt_agent."""
 import asyncio
 
 import pytest

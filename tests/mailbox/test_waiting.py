@@ -1,8 +1,8 @@
-"""mailbox/waiting.py: the team's doorbells for wait_agent and A2A streams."""
+"""mailbox/members/waiting.py: the team's doorbells for wait_agent and A2A streams."""
 import asyncio
 import itertools
 
-from mailbox import waiting
+from mailbox.members import waiting
 
 
 def _listeners() -> list[asyncio.Task]:

@@ -262,7 +262,7 @@ LIVE_TIMINGS = {"SWEEP_INTERVAL": 0.5, "REDELIVER_AFTER": 2.0, "HEARTBEAT_INTERV
 async def sweeper_stop() -> None:
     """End this process's background sweeper if it runs on this event loop (the application
     starts it at its first websocket or tool call; the loop ends with the test)."""
-    from mailbox import sweeper
+    from mailbox.operations import sweeper
 
     task = sweeper._task
     if task is not None and not task.done() and task.get_loop() is asyncio.get_running_loop():

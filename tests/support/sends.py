@@ -1,8 +1,8 @@
 """Sends and entries made on the test's own thread, through the same jobs the writer runs
-(mailbox/hot_path.py's sync entry points), for tests that set up a mailbox directly."""
+(mailbox/engine/hot_path.py's sync entry points), for tests that set up a mailbox directly."""
 from django.db import connection
 
-from mailbox import hot_path
+from mailbox.engine import hot_path
 from mailbox.models import MessageState, TeamMessage
 
 

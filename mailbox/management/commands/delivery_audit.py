@@ -1,10 +1,10 @@
 """manage.py delivery_audit TEAM [--all-delivered] [--json]: the delivery audit
-(mailbox/audit.py) of one team, printed; exits 1 when a check fails."""
+(mailbox/operations/audit.py) of one team, printed; exits 1 when a check fails."""
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mailbox.audit import delivery_audit, summary, verdict
+from mailbox.operations.audit import delivery_audit, summary, verdict
 from teams.models import Team
 
 

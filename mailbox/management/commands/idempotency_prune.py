@@ -2,7 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from mailbox.idempotency import keys_prune
+from mailbox.engine.idempotency import keys_prune
 
 
 class Command(BaseCommand):

@@ -15,7 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, team, member, **options):
-        from mailbox.lifecycle import member_retire
+        from mailbox.members.lifecycle import member_retire
 
         found = Team.objects.filter(name=team).first()
         if found is None:

@@ -24,7 +24,7 @@ class Command(BaseCommand):
         if found is None:
             raise CommandError(f"NOT_FOUND: no member {member!r} in team {team!r}")
         if options["revoke"]:
-            from mailbox.lifecycle import member_tokens_revoke
+            from mailbox.members.lifecycle import member_tokens_revoke
 
             try:
                 revoked = member_tokens_revoke(team_id=found.team_id, name=found.name)

@@ -4,7 +4,7 @@ import time
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from mailbox.recovery import recovery_pass
+from mailbox.operations.recovery import recovery_pass
 
 
 class Command(BaseCommand):

@@ -1,9 +1,9 @@
 """manage.py team_export TEAM [--since ISO] [--output FILE]: the team's whole record as NDJSON
-(mailbox/archive.py) on standard output or into FILE, a page of rows at a time."""
+(mailbox/operations/archive.py) on standard output or into FILE, a page of rows at a time."""
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from mailbox.archive import export_lines
+from mailbox.operations.archive import export_lines
 from teams.models import Team
 
 

@@ -1,11 +1,11 @@
 """manage.py team_import FILE --team NEW [--json]: load a team_export stream (FILE, or '-' for
-standard input) into a new team (mailbox/archive.py); prints the new Lead's and host's tokens."""
+standard input) into a new team (mailbox/operations/archive.py); prints the new Lead's and host's tokens."""
 import json
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mailbox.archive import team_import
+from mailbox.operations.archive import team_import
 from teams.errors import TeamError
 
 

@@ -1,0 +1,266 @@
+"""Agent sessions: what happens when one says hello, reports its status and leaves
+(on a database thread: ``session_hello``, ``session_status``, ``session_closed``),
+and what one connected to this process does with its frames, in order
+(``ConnectedSession``, on the event loop, which its websocket feeds).
+
+Human prompts are the Queue adapter's (mailbox/engine/queue_adapter.py): a session's
+hello and each idle status offer it the next one, and an idle status ends the
+prompt turn under way. Hosts are mailbox/members/hosts.py's, interrupting a turn
+mailbox/members/interrupt.py's.
+"""
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+
+from django.db import transaction
+
+from mailbox.engine import delivery, hot_path, lead_log, queue_adapter
+from mailbox.engine.db import to_db_thread
+from mailbox.members import presence, usage
+from mailbox.operations import outage
+from mailbox.transports import quota, wire
+from teams.errors import ErrorCode, TeamError
+from teams.models import Member, SessionState
+from teams.services import member_session_end, member_session_set
+
+log = logging.getLogger(__name__)
+
+# Tool calls one socket may have in flight; more are refused until some finish.
+MAX_TOOL_CALLS_IN_FLIGHT = 64
+
+
+def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
+    """A session connected: record its state, admit what waits, and return every
+    undelivered message for it in seq order (the replay)."""
+    with transaction.atomic():
+        member, previous = member_session_set(member_id=member_id, state=state, channel=channel)
+        lead_log.member_status_logged(member, previous)
+    presence.session_attached(member_id=member_id, channel=channel)
+    # Admitted here, steered by the replay below: each undelivered message once. Nothing while
+    # the team's token budget is used up: a replay would start a turn (mailbox/members/usage.py).
+    delivery.target_admit(target_id=member_id, redeliver=False, push=False)
+    replay = [] if usage.budget_refusal(team_id=member.team_id) else [
+        delivery.steer_of(m, target_name=member.name) for m in delivery.undelivered_for(member=member)
+    ]
+    if state == SessionState.IDLE:
+        queue_adapter.prompts_dispatch(member_id=member_id, fresh_session=True)
+    return replay
+
+
+def session_status(*, member_id: int, state: str, channel: str) -> Member:
+    with transaction.atomic():
+        member, previous = member_session_set(member_id=member_id, state=state, channel=channel)
+        lead_log.member_status_logged(member, previous)
+        if state == SessionState.IDLE:
+            queue_adapter.prompt_turn_ended(member_id=member_id)
+    if state == SessionState.IDLE:
+        queue_adapter.prompts_dispatch(member_id=member_id)
+    return member
+
+
+def session_closed(*, member_id: int, channel: str) -> None:
+    with transaction.atomic():
+        member = Member.objects.get(pk=member_id)
+        previous = member.status
+        ended = member_session_end(member_id=member_id, channel=channel)
+        if ended is not None:
+            lead_log.member_status_logged(ended, previous)
+    presence.session_detached(channel=channel)
+
+
+# --- a session connected to this process ---------------------------------------------------------
+class ConnectedSession:
+    """An agent session on a websocket of this process, on its event loop: what its frames
+    do, and the order their answers go out in. Its websocket (mailbox/transports/consumers.py) parses
+    the frames, feeds them here and sends what this ``push``es (``session.frame`` and the
+    other events of the consumer, in order).
+
+    It owns:
+
+    - the order of an entry's answers: its ``ack`` (or error) after those of the entries
+      before it, a refusal of the history quota in its place among them (the entries go
+      to the process's writer without blocking the socket; a status or a hello waits for
+      them: ``writes_committed``);
+    - the quotas of a session's frames: the history quota (``hot_path.entry_job``),
+      at most ``quota.entries_per_request()`` entries waiting for their commit, at most
+      ``MAX_TOOL_CALLS_IN_FLIGHT`` tool calls (the token's request rate is charged by the
+      websocket, as the edge charges it for REST);
+    - the steers sent and not yet reported by an entry (``awaits_entries``: recovery does
+      not push again to a session that still holds some, mailbox/engine/events.py);
+    - the session's hello, status and close (the functions above, on a database thread).
+
+    Registered with mailbox/engine/events.py after its hello, it is the ``LocalSession`` pushes
+    for its channel are handed to (``push`` is the websocket's)."""
+
+    def __init__(self, *, member: Member, channel: str, push: Callable[[dict], None]):
+        self.member = member
+        self.channel = channel
+        self.push = push
+        self.said_hello = False
+        self.hello_sent = False  # from here on the session may be attached: close() ends it
+        self.writes: collections.deque[asyncio.Future] = collections.deque()  # entry frames not yet committed, in order
+        self.entries_in_flight = 0  # the entries of those frames
+        self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
+        self.tool_calls: set[asyncio.Task] = set()
+        self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
+
+    # --- hello, status, close ---------------------------------------------------------------
+    async def hello(self, state: str) -> list[dict]:
+        """The session says hello (after the entries before it): its replay, every
+        undelivered message in seq order, which the websocket steers."""
+        await self.writes_committed()
+        self.hello_sent = True
+        replay = await to_db_thread(session_hello)(member_id=self.member.pk, state=state, channel=self.channel)
+        self.said_hello = True
+        return replay
+
+    async def status(self, state: str) -> None:
+        await self.writes_committed()
+        await to_db_thread(session_status)(member_id=self.member.pk, state=state, channel=self.channel)
+
+    async def close(self) -> None:
+        """The websocket closed: its tool calls stop, and the session ends if it said hello."""
+        for task in list(self.tool_calls):
+            task.cancel()
+        if self.said_hello or self.hello_sent:
+            await to_db_thread(session_closed)(member_id=self.member.pk, channel=self.channel)
+
+    # --- entries: through the writer, answered in commit order -------------------------------
+    def entry(self, entry: wire.Entry) -> None:
+        """An ``entry`` frame: answered by its ``ack`` (or an ``error`` frame)."""
+        self._entries([entry], many=False)
+
+    def entries(self, entries: list["wire.Entry | TeamError"]) -> None:
+        """An ``entries`` frame: each entry stored or refused as if it came alone (a refusal
+        of one stops none of the others; a ``TeamError`` in the list is an entry that did not
+        parse), all of them answered in order once the last is committed, the acks of
+        consecutive stored ones in one ``acks`` frame."""
+        self._entries(entries, many=True)
+
+    def _entries(self, entries: list, *, many: bool) -> None:
+        cap = quota.entries_per_request()
+        outcomes: list[tuple[str | None, str | None, "asyncio.Future | TeamError"]] = []
+        admitted, taken = [], []
+        for entry in entries:
+            if isinstance(entry, TeamError):
+                outcomes.append((entry.extra.get("entry_id"), None, entry))
+                continue
+            try:
+                if self.entries_in_flight + len(admitted) >= cap:
+                    raise quota.too_many_entries(self.entries_in_flight + len(admitted) + 1)
+                job = hot_path.entry_job(member=self.member, entry=entry)  # the history quota may refuse it
+            except TeamError as exc:  # nothing stored; answered in its turn
+                exc.extra["entry_id"] = entry.id
+                outcomes.append((entry.id, None, exc))
+                continue
+            admitted.append(job)
+            taken.append(len(outcomes))
+            outcomes.append((entry.id, entry.delivers, job))
+        if not admitted:
+            frames = self._answers(outcomes, many)
+            if self.writes:  # after the answers of the entries before them, as acks are ordered
+                self.refused_after.setdefault(self.writes[-1], []).extend(frames)
+            else:
+                for frame in frames:
+                    self.push(frame)
+            return
+        writes = hot_path.entries_run(admitted)
+        for index, write in zip(taken, writes):
+            entry_id, message_id, _ = outcomes[index]
+            outcomes[index] = (entry_id, message_id, write)
+        done = writes[0] if len(writes) == 1 else _all_done(writes)
+        self.writes.append(done)
+        self.entries_in_flight += len(writes)
+        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many))
+
+    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool) -> None:
+        self.entries_in_flight -= count
+        with contextlib.suppress(ValueError):
+            self.writes.remove(done)  # the oldest, unless the socket closed meanwhile
+        refused_next = self.refused_after.pop(done, ())  # entries refused by the quota right after these
+        if done.cancelled():
+            return
+        for frame in self._answers(outcomes, many):
+            self.push(frame)
+        for refusal in refused_next:
+            self.push(refusal)
+
+    def _answers(self, outcomes: list, many: bool) -> list[dict]:
+        """The frames that answer entries, in order: their acks (one ``ack`` frame for an
+        ``entry`` frame; one ``acks`` frame for each run of stored entries of an ``entries``
+        frame) and each refusal in its place."""
+        frames: list[dict] = []
+        acks: list[dict] = []
+
+        def acks_out() -> None:
+            if acks:
+                frame = {"type": "acks", "acks": list(acks)} if many else {"type": "ack", **acks[0]}
+                frames.append({"type": "session.frame", "frame": frame})
+                acks.clear()
+
+        for entry_id, message_id, outcome in outcomes:
+            if not isinstance(outcome, TeamError) and outcome.cancelled():
+                continue  # the socket closed under it
+            exc = outcome if isinstance(outcome, TeamError) else outcome.exception()
+            if exc is None:
+                self.steered.discard(message_id)
+                acks.append(hot_path.entry_ack(entry_id, outcome.result()))
+                continue
+            acks_out()
+            frames.append(self._entry_refusal(entry_id, exc))
+        acks_out()
+        return frames
+
+    def _entry_refusal(self, entry_id: str | None, exc: BaseException) -> dict:
+        if isinstance(exc, TeamError):
+            return {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
+        if outage.noted(exc, "an entry") is not None:
+            return {"type": "session.unavailable", "entry_id": entry_id}
+        log.warning("storing an entry of %s failed", self.member, exc_info=exc)
+        return {"type": "session.frame", "frame": {
+            "type": "error", "error": {"code": str(ErrorCode.SERVER_ERROR), "message": "Storing that entry failed; send it again."},
+        }}
+
+    async def writes_committed(self) -> None:
+        while self.writes:
+            await asyncio.wait([self.writes[0]])
+
+    # --- tool calls -----------------------------------------------------------------------------
+    def tool_calls_full(self) -> TeamError | None:
+        """The refusal of one more tool call while ``MAX_TOOL_CALLS_IN_FLIGHT`` are in flight."""
+        if len(self.tool_calls) < MAX_TOOL_CALLS_IN_FLIGHT:
+            return None
+        return TeamError(
+            ErrorCode.VALIDATION_ERROR,
+            f"At most {MAX_TOOL_CALLS_IN_FLIGHT} tool calls may be in flight on one socket; wait for some results.",
+        )
+
+    def tool_call_start(self, call: Coroutine) -> None:
+        """Run a tool call (which pushes its own answer) beside the next frames, counted in flight."""
+        task = asyncio.ensure_future(call)
+        self.tool_calls.add(task)
+        task.add_done_callback(self.tool_calls.discard)
+
+    # --- steers -----------------------------------------------------------------------------------
+    def steer_sent(self, message_id: str) -> None:
+        self.steered.add(message_id)
+
+    def awaits_entries(self) -> bool:
+        return bool(self.steered)
+
+
+def _all_done(writes: list[asyncio.Future]) -> asyncio.Future:
+    """A future done when every one of ``writes`` is (whatever each answered)."""
+    done = writes[0].get_loop().create_future()
+    left = [len(writes)]
+
+    def one_done(_write) -> None:
+        left[0] -= 1
+        if left[0] == 0 and not done.done():
+            done.set_result(None)
+
+    for write in writes:
+        write.add_done_callback(one_done)
+    return done
