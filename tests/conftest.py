@@ -5,6 +5,9 @@ from django.db import connections
 from mailbox.engine import db
 from mailbox.operations import runtime
 
+# Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
+pytest_plugins = ["tests.support.process_count", "pytester"]
+
 
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
@@ -60,20 +63,44 @@ def _start_order(item) -> int:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """A ``shared_server`` module's tests run on one pytest-xdist worker together (scripts/test.sh
-    runs ``--dist loadgroup``), so the module starts its one server once; every other test goes
-    to whichever worker is free, in collection order (after the groups).
-
-    That order is ``_start_order``'s: a run used to end on one worker still busy with a
-    twenty-second test it was handed last while the others stood idle. pytest-django sorts
-    after this hook (its own is tryfirst too, and registered earlier), stably: the tests on
-    the test database come first, in Django's order, and this order holds within each of its
-    groups. Both sorts are stable, so every worker collects the same order, as pytest-xdist
-    requires."""
-    for item in items:
-        if item.get_closest_marker("shared_server") is not None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """Every worker collects the tests in ``_start_order``'s order: a run used to end on one
+    worker still busy with a twenty-second test it was handed last while the others stood
+    idle. pytest-django sorts after this hook (its own is tryfirst too, and registered
+    earlier), stably: the tests on the test database come first, in Django's order, and this
+    order holds within each of its groups. Both sorts are stable, so every worker collects the
+    same order, as pytest-xdist requires. (Where each test runs: ``pytest_xdist_make_scheduler``.)"""
     items.sort(key=_start_order)
+
+
+_shared_modules: dict[str, bool] = {}
+
+
+def _shares_a_server(path: str) -> bool:
+    """Whether the test module at ``path`` (a node id's file) marks tests ``shared_server``."""
+    if path not in _shared_modules:
+        from pathlib import Path
+
+        file = Path(__file__).resolve().parent.parent / path
+        _shared_modules[path] = file.suffix == ".py" and file.exists() and "mark.shared_server" in file.read_text()
+    return _shared_modules[path]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadgroup`` (scripts/test.sh) a ``shared_server`` module's tests go to one
+    pytest-xdist worker together, one after another, so the module starts its one server once;
+    every other test goes to whichever worker is free. The module is read on the controller,
+    which collects nothing: pytest-xdist's own ``xdist_group`` mark renames the node id, which
+    pytest 9 no longer takes (``Item._nodeid``), and its groups fell apart."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SharedServerScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _shares_a_server(path) else super()._split_scope(nodeid)
+
+    return SharedServerScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

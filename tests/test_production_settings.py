@@ -1,6 +1,8 @@
 """config/settings.py in production (issue 12, item 16): no SECRET_KEY, no start;
 the HTTPS settings from the environment make `manage.py check --deploy` clean;
 Swagger UI comes from this server's own static files."""
+import importlib.util
+import logging.config
 import os
 import secrets
 import subprocess
@@ -8,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from tests.support.live import embedded_run_only
+from tests.support.settings_env import settings_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 # Its manage.py processes run without DATABASE_URL and REDIS_URL whatever the run is on.
@@ -30,25 +34,36 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_local_run_needs_no_secret_key_and_every_command_shares_the_demos_key(tmp_path):
+def _manage_py_start(monkeypatch, tmp_path, *argv: str):
+    """What ``python manage.py ARGV`` does before Django starts, in this process: the key it
+    finds or makes (manage.py's ``_local_secret_key``), without SECRET_KEY, DEBUG and
+    DATABASE_URL; then config/settings.py read afresh with that key (tests/support/settings_env.py)."""
+    for name in ("SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL"):
+        monkeypatch.setenv(name, "")  # put back after the test, whatever manage.py sets
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("STEERBOARD_VAR_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["manage.py", *argv])
+    spec = importlib.util.spec_from_file_location("manage_py", ROOT / "manage.py")
+    manage_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manage_py)
+    manage_py._local_secret_key()
+    return settings_from_env(monkeypatch, SECRET_KEY=os.environ["SECRET_KEY"], STEERBOARD_VAR_DIR=str(tmp_path))
+
+
+def test_a_local_run_needs_no_secret_key_and_every_command_shares_the_demos_key(monkeypatch, tmp_path):
     """Without DATABASE_URL (the embedded default) every command works as the demo
     does: one generated key, kept under var/, the same for each command."""
-    code = "from django.conf import settings; print(settings.SECRET_KEY)"
-    first = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert first.returncode == 0, first.stderr
+    first = _manage_py_start(monkeypatch, tmp_path, "shell")
     key = (tmp_path / "secret-key").read_text().strip()
-    assert len(key) >= 50 and first.stdout.strip() == key
+    assert len(key) >= 50 and first.SECRET_KEY == key
     assert oct((tmp_path / "secret-key").stat().st_mode & 0o777) == "0o600"
-    assert _manage("check", STEERBOARD_VAR_DIR=str(tmp_path)).returncode == 0
-    again = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert again.stdout.strip() == key
+    assert _manage_py_start(monkeypatch, tmp_path, "check").SECRET_KEY == key
+    assert _manage_py_start(monkeypatch, tmp_path, "demo").SECRET_KEY == key
 
 
-def test_a_demo_key_made_before_is_the_one_kept(tmp_path):
+def test_a_demo_key_made_before_is_the_one_kept(monkeypatch, tmp_path):
     (tmp_path / "demo-secret-key").write_text("d" * 60)
-    code = "from django.conf import settings; print(settings.SECRET_KEY)"
-    result = _manage("shell", "--no-imports", "-c", code, STEERBOARD_VAR_DIR=str(tmp_path))
-    assert result.stdout.strip() == "d" * 60, result.stderr
+    assert _manage_py_start(monkeypatch, tmp_path, "shell").SECRET_KEY == "d" * 60
     assert (tmp_path / "secret-key").read_text() == "d" * 60
 
 
@@ -95,19 +110,14 @@ def test_check_deploy_is_clean_with_the_production_environment(tmp_path):
     assert bare.returncode != 0 and "security.W004" in bare.stderr + bare.stdout
 
 
-def test_https_settings_follow_the_environment(tmp_path):
-    code = (
-        "from django.conf import settings as s; "
-        "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, "
-        "s.SECURE_PROXY_SSL_HEADER, s.CSRF_TRUSTED_ORIGINS, len(s.AUTH_PASSWORD_VALIDATORS))"
-    )
-    result = _manage(
-        "shell", "--no-imports", "-c", code, SECRET_KEY="k" * 60, STEERBOARD_HTTPS="1", STEERBOARD_PROXY_SSL_HEADER="X-Forwarded-Proto",
+def test_https_settings_follow_the_environment(monkeypatch, tmp_path):
+    s = settings_from_env(
+        monkeypatch, SECRET_KEY="k" * 60, STEERBOARD_HTTPS="1", STEERBOARD_PROXY_SSL_HEADER="X-Forwarded-Proto",
         CSRF_TRUSTED_ORIGINS="https://a.example,https://b.example", STEERBOARD_VAR_DIR=str(tmp_path),
     )
-    assert result.stdout.split("\n")[0] == (
-        "True True True 31536000 ('HTTP_X_FORWARDED_PROTO', 'https') ['https://a.example', 'https://b.example'] 4"
-    ), result.stderr
+    assert (s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS,
+            s.SECURE_PROXY_SSL_HEADER, s.CSRF_TRUSTED_ORIGINS, len(s.AUTH_PASSWORD_VALIDATORS)) == (
+        True, True, True, 31536000, ("HTTP_X_FORWARDED_PROTO", "https"), ["https://a.example", "https://b.example"], 4)
 
 
 @pytest.mark.django_db
@@ -121,23 +131,27 @@ def test_swagger_ui_loads_its_assets_from_this_server(client):
     assert client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
 
 
-def test_with_https_plain_http_is_redirected_but_the_health_checks_are_not(tmp_path):
-    code = (
-        "from django.test import Client; c = Client(); "
-        "print(c.get('/login/').status_code, c.get('/healthz').status_code != 301, c.get('/readyz').status_code != 301, "
-        "c.get('/login/', secure=True).status_code)"
-    )
-    result = _manage(
-        "shell", "--no-imports", "-c", code, SECRET_KEY="k" * 60, STEERBOARD_HTTPS="1", ALLOWED_HOSTS="testserver",
-        STEERBOARD_VAR_DIR=str(tmp_path),
-    )
-    assert result.stdout.split("\n")[0] == "301 True True 200", result.stderr[-2000:]
+@pytest.mark.django_db
+def test_with_https_plain_http_is_redirected_but_the_health_checks_are_not(client, settings, monkeypatch, tmp_path):
+    """The run's application with the HTTPS settings STEERBOARD_HTTPS=1 gives (read afresh)."""
+    https = settings_from_env(monkeypatch, SECRET_KEY="k" * 60, STEERBOARD_HTTPS="1", STEERBOARD_VAR_DIR=str(tmp_path))
+    for name in ("SECURE_SSL_REDIRECT", "SECURE_REDIRECT_EXEMPT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+                 "SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "MIDDLEWARE"):
+        setattr(settings, name, getattr(https, name))
+    assert settings.SECURE_SSL_REDIRECT is True
+    assert client.get("/login/").status_code == 301
+    assert client.get("/healthz").status_code != 301 and client.get("/readyz").status_code != 301
+    assert client.get("/login/", secure=True).status_code == 200
 
 
-def test_a_bad_log_format_or_metrics_allow_list_stops_the_start_with_its_name():
-    bad_format = _manage("check", DEBUG="1", LOG_FORMAT="yaml")
-    assert bad_format.returncode != 0 and "LOG_FORMAT is 'text' (the default) or 'json'" in bad_format.stderr
-    bad_network = _manage("check", DEBUG="1", STEERBOARD_METRICS_ALLOW="127.0.0.1,10.0.0.0/33")
-    assert bad_network.returncode != 0 and "STEERBOARD_METRICS_ALLOW" in bad_network.stderr
-    # JSON lines: what check logs is one object a line (no line here: the check is quiet).
-    assert _manage("check", DEBUG="1", LOG_FORMAT="json", STEERBOARD_METRICS_ALLOW="127.0.0.1").returncode == 0
+def test_a_bad_log_format_or_metrics_allow_list_stops_the_start_with_its_name(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match=r"LOG_FORMAT is 'text' \(the default\) or 'json'"):
+        settings_from_env(monkeypatch, DEBUG="1", LOG_FORMAT="yaml")
+    with pytest.raises(ImproperlyConfigured, match="STEERBOARD_METRICS_ALLOW"):
+        settings_from_env(monkeypatch, DEBUG="1", STEERBOARD_METRICS_ALLOW="127.0.0.1,10.0.0.0/33")
+    taken = settings_from_env(monkeypatch, DEBUG="1", LOG_FORMAT="json", STEERBOARD_METRICS_ALLOW="127.0.0.1")
+    assert taken.STEERBOARD["METRICS_ALLOW"] == ("127.0.0.1",)
+    # JSON lines: the console handler's formatter is the JSON one, and it can be built as dictConfig builds it.
+    assert taken.LOGGING["handlers"]["console"]["formatter"] == "json"
+    formatter = logging.config.DictConfigurator(taken.LOGGING).configure_formatter(taken.LOGGING["formatters"]["json"])
+    assert type(formatter).__name__ == "JsonFormatter"

@@ -1,11 +1,15 @@
 """Running the keyless team against real daphne processes: the host and the Lead's
 session as real ``python -m steerboard_agents`` processes, read back over the wire."""
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -51,6 +55,69 @@ class AgentProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+class HostThread:
+    """``python -m steerboard_agents host --model MODEL``'s host in a thread of this process, on an
+    event loop of its own: the same ``Host``, its models chosen as ``--model`` chooses them. For
+    tests whose subject is not the host's process (no kill, no restart): the test's event loop and
+    the served application's may block on their own work meanwhile."""
+
+    def __init__(self, server_url: str, token: str, model: str = "keyless", name: str = "host"):
+        from steerboard_agents import Host
+        from steerboard_agents.registry import models_choose
+
+        self.host = Host(server_url, token, models_choose([model]), max_backoff=0.5)
+        self.log_path = Path(f"{name}-in-process")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> "HostThread":
+        ready = threading.Event()
+
+        async def main():
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+            ready.set()
+            await self.host.run()
+
+        def run():
+            with contextlib.suppress(asyncio.CancelledError):
+                asyncio.run(main())
+
+        self._thread = threading.Thread(target=run, name=str(self.log_path), daemon=True)
+        self._thread.start()
+        assert ready.wait(30), "the host's thread did not start"
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            self._thread.join(30)
+
+    def log(self) -> str:
+        return ""  # its log lines go to the test's own log capture
+
+
+@asynccontextmanager
+async def vendor_host(team: "Team", fake, lead_model: str, others_model: str):
+    """The team's host in this process on a fake vendor (tests/support/fake_models.py), its models
+    chosen as ``python -m steerboard_agents host --model lead=VENDOR:LEAD --model '*=VENDOR:OTHERS'
+    --model-retries 1`` chooses them. Yields the host's task; cancels it after."""
+    from steerboard_agents import Host
+    from steerboard_agents.registry import VendorOptions, models_choose
+
+    vendor = fake.vendor
+    options = (VendorOptions(openai_base_url=fake.base_url, openai_api_key="sk-fake", max_retries=1) if vendor == "openai"
+               else VendorOptions(anthropic_base_url=fake.base_url, anthropic_api_key="sk-ant-fake", max_retries=1))
+    models = models_choose([f"lead={vendor}:{lead_model}", f"*={vendor}:{others_model}"], options)
+    host = Host(team.server.url, team.host_token, models, max_backoff=0.5)
+    running = asyncio.create_task(host.run())
+    try:
+        await asyncio.wait_for(host.connected.wait(), 30)
+        yield running
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 class Team:
     """A team on a live environment, read back through the REST API."""
 
@@ -72,6 +139,12 @@ class Team:
                             extra=extra, env=env).start()
         self.processes.append(proc)
         return proc
+
+    def run_host(self, model: str = "keyless") -> HostThread:
+        """The team's host in a thread of this process (``HostThread``), not a process."""
+        host = HostThread(self.server.url, self.host_token, model, name=f"host-{self.name}").start()
+        self.processes.append(host)
+        return host
 
     def start_session(self, member: str = "lead", model: str = "keyless") -> AgentProcess:
         proc = AgentProcess(self.environment, "run", self.server.url, self.token(member), model, name=member).start()

@@ -1,43 +1,57 @@
-"""``python -m steerboard_agents``: the token, the model and the -v output, on real processes."""
-import os
+"""``python -m steerboard_agents``: the token, the model and the -v output.
+
+The usage errors, --help and a refused token are the command's ``main()`` in this process
+(what ``python -m`` runs; the server served in-process): they start no process. A session
+run as the real command is a process: the token kept out of its command line, -v's lines."""
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from steerboard_agents.__main__ import main
 
 from tests.agents.support import Team
 from tests.support.live import ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
 
+@pytest.fixture
+def agents(capsys, monkeypatch):
+    """``python -m steerboard_agents ARGS`` as its ``main()``: (exit code, stdout, stderr)."""
 
-def agents(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if k != "STEERBOARD_TOKEN"} | (env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "steerboard_agents", *args], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60
-    )
+    def run(*args: str, env: dict | None = None) -> tuple[int, str, str]:
+        monkeypatch.delenv("STEERBOARD_TOKEN", raising=False)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors and --help
+            code = exc.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
 
 
 @pytest.mark.parametrize("command, says", [("run", "session's token"), ("host", "host token")])
-def test_a_refused_token_exits_2_with_the_reason(daphne_server, command, says):
-    result = agents(command, "--server", daphne_server.url, "--token", "not-a-token")
-    assert result.returncode == 2
-    assert says in result.stderr
+def test_a_refused_token_exits_2_with_the_reason(agents, served_thread, command, says):
+    code, _, err = agents(command, "--server", served_thread.url, "--token", "not-a-token")
+    assert code == 2
+    assert says in err
 
 
 @pytest.mark.parametrize("command, says", [("run", "session's token"), ("host", "host token")])
-def test_the_token_comes_from_steerboard_token(daphne_server, command, says):
-    result = agents(command, "--server", daphne_server.url, env={"STEERBOARD_TOKEN": "not-a-token"})
-    assert result.returncode == 2
-    assert says in result.stderr, "the variable's token was sent (and refused)"
+def test_the_token_comes_from_steerboard_token(agents, served_thread, command, says):
+    code, _, err = agents(command, "--server", served_thread.url, env={"STEERBOARD_TOKEN": "not-a-token"})
+    assert code == 2
+    assert says in err, "the variable's token was sent (and refused)"
 
 
-def test_no_token_at_all_is_a_usage_error_naming_the_variable():
-    result = agents("run", "--server", "http://127.0.0.1:9")
-    assert result.returncode == 2
-    assert "no token: set STEERBOARD_TOKEN" in result.stderr
+def test_no_token_at_all_is_a_usage_error_naming_the_variable(agents):
+    code, _, err = agents("run", "--server", "http://127.0.0.1:9")
+    assert code == 2
+    assert "no token: set STEERBOARD_TOKEN" in err
 
 
 @pytest.mark.parametrize(
@@ -50,23 +64,24 @@ def test_no_token_at_all_is_a_usage_error_naming_the_variable():
         ("tests.agents.cli_model:", "is not package.module:Class"),
     ],
 )
-def test_a_bad_model_is_a_clear_usage_error(spec, says):
-    result = agents("run", "--server", "http://127.0.0.1:9", "--model", spec, env={"STEERBOARD_TOKEN": "x"})
-    assert result.returncode == 2
-    assert "argument --model" in result.stderr and says in result.stderr, result.stderr
+def test_a_bad_model_is_a_clear_usage_error(agents, spec, says):
+    code, _, err = agents("run", "--server", "http://127.0.0.1:9", "--model", spec, env={"STEERBOARD_TOKEN": "x"})
+    assert code == 2
+    assert "argument --model" in err and says in err, err
 
 
-def test_help_says_where_the_token_comes_from_without_stray_markup():
+def test_help_says_where_the_token_comes_from_without_stray_markup(agents):
     for args in ((), ("run",), ("host",)):
-        result = agents(*args, "--help")
-        assert result.returncode == 0
-        assert "`" not in result.stdout
-        text = " ".join(result.stdout.split())  # argparse wraps lines at the terminal's width
+        code, out, _ = agents(*args, "--help")
+        assert code == 0
+        assert "`" not in out
+        text = " ".join(out.split())  # argparse wraps lines at the terminal's width
         assert "STEERBOARD_TOKEN" in text
         if args:
             assert "package.module:Class" in text and "a token here is visible in ps" in text
 
 
+@pytest.mark.e2e
 def test_run_takes_any_model_class_and_v_shows_the_sessions_events(live_env, daphne_server):
     team = Team(live_env, daphne_server, "cli")
     log = Path(live_env.tmp_path) / "run.log"

@@ -1,23 +1,20 @@
 """sdk/steerboard_agents/ speaks only the wire contract: it runs where no Django is installed."""
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
+from tests.support.fresh_import import fresh_import
 from tests.support.live import ROOT
 
 SERVER_PACKAGES = {"django", "channels", "rest_framework", "teams", "mailbox", "frontend", "config"}
 
 
 def test_importing_agents_loads_no_django_and_no_server_app():
-    code = (
-        "import sys, steerboard_agents, steerboard_agents.__main__, steerboard_agents.keyless; "
-        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(SERVER_PACKAGES)!r})))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    """Every server package is absent (tests/support/fresh_import.py): an import of one, even
+    one that would catch the ImportError, is recorded."""
+    with fresh_import(["steerboard_agents"], absent=SERVER_PACKAGES) as attempted:
+        import steerboard_agents.__main__
+        import steerboard_agents.keyless  # noqa: F401
+    assert attempted == []
 
 
 def test_no_module_in_agents_imports_a_server_package():

@@ -1,22 +1,24 @@
-"""A team on real models, without a network: ``python -m steerboard_agents host --model lead=openai:... --model
-'*=openai:...'`` (and the same on anthropic:) as a real process, against a real daphne and a local
-fake of the vendor's API (tests/support/fake_models.py) that the vendor's own SDK talks to over HTTP.
+"""A team on real models, without a network: the host of ``python -m steerboard_agents host --model
+lead=openai:... --model '*=openai:...'`` (and the same on anthropic:), its models chosen as the command
+chooses them, against the application served in-process and a local fake of the vendor's API
+(tests/support/fake_models.py) that the vendor's own SDK talks to over HTTP.
 
 Each member runs on a model name of its own, so the fake answers each member's requests from
 that member's script, whatever the order in which they ask.
 """
 import asyncio
 import json
+import logging
 
 import pytest
 
 from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from steerboard_agents.model import Usage
-from tests.agents.support import AgentProcess, Team
+from tests.agents.support import Team, vendor_host
 from tests.agents.test_session_folding import until
 from tests.support.fake_models import Fail, FakeVendor, Reply, Tokens
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 VENDORS = ["openai", "anthropic"]
 LEAD, WORKER = "fake-lead", "fake-worker"
@@ -60,16 +62,9 @@ def fake(request):
     vendor.stop()
 
 
-def host_for(team: Team, fake: FakeVendor) -> AgentProcess:
+def host_for(team: Team, fake: FakeVendor):
     """The team's host on the fake: the Lead on one model name, everyone else on another."""
-    vendor = fake.vendor
-    env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-fake"} if vendor == "openai" else {
-        "ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": "sk-ant-fake"}
-    host = AgentProcess(team.environment, "host", team.server.url, team.host_token, model=f"lead={vendor}:{LEAD}",
-                        name=f"host-{team.name}", extra=("--model", f"*={vendor}:{WORKER}", "--model-retries", "1"),
-                        env=env).start()
-    team.processes.append(host)
-    return host
+    return vendor_host(team, fake, LEAD, WORKER)
 
 
 def turn_ends(entries: list[dict]) -> list[str]:
@@ -81,29 +76,32 @@ def usages(entries: list[dict]) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("fake", VENDORS, indirect=True)
-def test_a_lead_and_a_teammate_on_a_vendors_api_spawn_message_and_complete_a_task(live_env, daphne_server, fake):
-    team = Team(live_env, daphne_server, f"real-{fake.vendor}")
+async def test_a_lead_and_a_teammate_on_a_vendors_api_spawn_message_and_complete_a_task(inproc_env, served, fake,
+                                                                                        caplog):
+    caplog.set_level(logging.INFO, logger="steerboard_agents")  # what -v shows
+    team = Team(inproc_env, served, f"real-{fake.vendor}")
     fake.script(LEAD, *LEAD_SCRIPT)
     fake.script(WORKER, *WORKER_SCRIPT)
-    host = host_for(team, fake)
-    try:
-        team.prompt("lead", "Get the probe task done.")
-        team.wait_for(lambda: turn_ends(team.history("lead")) == ["done"], "the Lead's turn to end", timeout=120)
-        team.wait_for(lambda: turn_ends(team.history("worker")) == ["done"], "the worker's turn to end", timeout=60)
+    async with host_for(team, fake):
+        await asyncio.to_thread(team.prompt, "lead", "Get the probe task done.")
+        await asyncio.to_thread(team.wait_for, lambda: turn_ends(team.history("lead")) == ["done"],
+                                "the Lead's turn to end", timeout=120)
+        await asyncio.to_thread(team.wait_for, lambda: turn_ends(team.history("worker")) == ["done"],
+                                "the worker's turn to end", timeout=60)
         assert fake.left() == {}, "every scripted answer was asked for"
         assert all(r.status in (200, 429) for r in fake.requests), [(r.model, r.status) for r in fake.requests]
 
         # The board and the conversation.
-        [task] = team.summary()["tasks"]
+        [task] = (await asyncio.to_thread(team.summary))["tasks"]
         assert (task["subject"], task["status"], task["owner"]) == ("probe", "completed", "worker")
-        lead = team.history("lead")
+        lead = await asyncio.to_thread(team.history, "lead")
         calls = [(e["tool"], "error" in e) for e in lead if e["kind"] == "tool_result"]
         assert calls == [("spawn_teammate", False), ("send_message", False), ("await_message", False)]
         report = next(e for e in lead if e["kind"] == "user_message")
         assert (report["text"], report["source"]["sender"], report["step"]) == (REPORT, "worker", 1)
         assert [e["text"] for e in lead if e["kind"] == "assistant_text"] == [
             "I will bring in a worker.", "The worker completed the probe task."]
-        worker = team.history("worker")
+        worker = await asyncio.to_thread(team.history, "worker")
         assert [e["text"] for e in worker if e["kind"] == "user_message"] == [ASK]
         assert [e["tool"] for e in worker if e["kind"] == "tool_result" and "result" in e] == [
             "team_task_create", "team_task_update", "team_task_update", "send_message"]
@@ -146,37 +144,34 @@ def test_a_lead_and_a_teammate_on_a_vendors_api_spawn_message_and_complete_a_tas
             assert last[-1] == {"type": "text", "text": report_text}
             assert {t["name"] for t in body["tools"]} >= {"spawn_teammate", "send_message", "await_message"}
         assert "You are lead" in json.dumps(body) and "Team policy" in json.dumps(body)
-    finally:
-        host.stop()
-    log = host.log()
-    assert "usage fake-lead: 1200 in, 1000 cached, 80 out" in log, "-v names what each reply cost"
+    assert "usage fake-lead: 1200 in, 1000 cached, 80 out" in caplog.text, "-v names what each reply cost"
 
 
 @pytest.mark.parametrize("fake", VENDORS, indirect=True)
-def test_a_vendor_error_ends_that_turn_with_its_text_and_the_session_takes_the_next_prompt(live_env, daphne_server, fake):
-    team = Team(live_env, daphne_server, f"failing-{fake.vendor}")
+async def test_a_vendor_error_ends_that_turn_with_its_text_and_the_session_takes_the_next_prompt(inproc_env, served,
+                                                                                                fake):
+    team = Team(inproc_env, served, f"failing-{fake.vendor}")
     # --model-retries 1: the 500 is asked twice (the SDK's retry of a 5xx), then the turn ends.
     fake.script(LEAD, Fail(500, times=2), Reply(text="Back again.", tokens=Tokens(input=300, output=4)))
-    host = host_for(team, fake)
-    try:
-        team.prompt("lead", "First try.")
-        team.wait_for(lambda: turn_ends(team.history("lead")) == ["error"], "the failed turn's end", timeout=60)
-        [failed] = [e for e in team.history("lead") if e["kind"] == "turn_end"]
+    async with host_for(team, fake) as host:
+        await asyncio.to_thread(team.prompt, "lead", "First try.")
+        await asyncio.to_thread(team.wait_for, lambda: turn_ends(team.history("lead")) == ["error"],
+                                "the failed turn's end", timeout=60)
+        [failed] = [e for e in await asyncio.to_thread(team.history, "lead") if e["kind"] == "turn_end"]
         assert failed["error"].startswith(f"{fake.vendor}: InternalServerError") and "500" in failed["error"]
         assert "The server had an error while processing your request" in failed["error"]
         assert [r.status for r in fake.requests_of(LEAD)] == [500, 500]
-        assert host.proc.poll() is None, "the host is still running"
+        assert not host.done(), "the host is still running"
 
-        team.prompt("lead", "Second try.")
-        team.wait_for(lambda: turn_ends(team.history("lead")) == ["error", "done"], "the next turn", timeout=60)
-        lead = team.history("lead")
+        await asyncio.to_thread(team.prompt, "lead", "Second try.")
+        await asyncio.to_thread(team.wait_for, lambda: turn_ends(team.history("lead")) == ["error", "done"],
+                                "the next turn", timeout=60)
+        lead = await asyncio.to_thread(team.history, "lead")
         assert [e["text"] for e in lead if e["kind"] == "assistant_text"] == ["Back again."]
         assert usages(lead) == [("assistant_text", Tokens(300, 4).recorded(LEAD))]
         # The failed turn's prompt is in what the model read for the next one.
         assert "First try." in json.dumps(fake.requests_of(LEAD)[-1].body)
         assert [r.status for r in fake.requests_of(LEAD)] == [500, 500, 200]
-    finally:
-        host.stop()
 
 
 class Spending:
@@ -194,9 +189,9 @@ class Spending:
         return self.replies.pop(0)
 
 
-async def test_each_replys_usage_is_on_its_first_entry_and_an_empty_reply_still_records_it(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "usage")
-    session = AgentSession(daphne_server.url, team.lead_token, Spending(), max_backoff=0.3)
+async def test_each_replys_usage_is_on_its_first_entry_and_an_empty_reply_still_records_it(inproc_env, served):
+    team = Team(inproc_env, served, "usage")
+    session = AgentSession(served.url, team.lead_token, Spending(), max_backoff=0.3)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)

@@ -1,8 +1,5 @@
 """Choosing models: ``--model NAME`` for everyone, ``--model MEMBER=NAME`` for one member, the
 vendors' prefixes before ``package.module:Class``, and the vendors' SDKs as optional extras."""
-import subprocess
-import sys
-
 import pytest
 
 from steerboard_agents.anthropic_messages import AnthropicMessagesModel
@@ -10,7 +7,7 @@ from steerboard_agents.keyless import KeylessModel
 from steerboard_agents.model import EchoModel
 from steerboard_agents.openai_chat import OpenAIChatModel
 from steerboard_agents.registry import VendorOptions, model_factory, models_choose
-from tests.support.live import ROOT
+from tests.support.fresh_import import fresh_import
 
 
 @pytest.fixture
@@ -86,26 +83,24 @@ def test_the_keyless_pace_needs_a_keyless_member(keys):
         models_choose(["openai:m"]).paced(1.0)
 
 
-WITHOUT_SDKS = "import sys; sys.modules['openai'] = None; sys.modules['anthropic'] = None; "
+VENDORS = ("openai", "anthropic")
 
 
-def test_agents_runs_without_the_vendors_sdks_and_names_the_extra_when_one_is_chosen():
-    imported = subprocess.run(
-        [sys.executable, "-c", WITHOUT_SDKS + "import steerboard_agents, steerboard_agents.__main__, steerboard_agents.registry; print('ok')"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )
-    assert imported.returncode == 0 and imported.stdout.strip() == "ok", imported.stderr
-    for vendor in ("openai", "anthropic"):
-        run = (WITHOUT_SDKS + "import runpy; sys.argv = ['steerboard_agents', 'run', '--server', 'http://127.0.0.1:9', "
-               f"'--model', '{vendor}:some-model']; runpy.run_module('steerboard_agents', run_name='__main__')")
-        chosen = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                                env={"PATH": "/usr/bin:/bin", "STEERBOARD_TOKEN": "x"})
-        assert chosen.returncode == 2, chosen.stderr
-        assert "argument --model" in chosen.stderr and f"pip install 'steerboard[{vendor}]'" in chosen.stderr
+def test_agents_runs_without_the_vendors_sdks_and_names_the_extra_when_one_is_chosen(monkeypatch, capsys):
+    monkeypatch.setenv("STEERBOARD_TOKEN", "x")
+    with fresh_import(["steerboard_agents"], absent=VENDORS):
+        import steerboard_agents.__main__
+        import steerboard_agents.registry  # noqa: F401
+
+        for vendor in VENDORS:
+            with pytest.raises(SystemExit) as exited:
+                steerboard_agents.__main__.main(["run", "--server", "http://127.0.0.1:9", "--model", f"{vendor}:some-model"])
+            assert exited.value.code == 2
+            err = capsys.readouterr().err
+            assert "argument --model" in err and f"pip install 'steerboard[{vendor}]'" in err, err
 
 
 def test_importing_agents_loads_neither_vendor_sdk():
-    code = "import sys, steerboard_agents, steerboard_agents.__main__; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    with fresh_import(["steerboard_agents"], absent=VENDORS) as attempted:
+        import steerboard_agents.__main__  # noqa: F401
+    assert attempted == []

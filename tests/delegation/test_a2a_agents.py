@@ -1,7 +1,7 @@
-"""Every member as an A2A agent, driven by the official a2a-sdk client against a real
-daphne and real agent sessions (a keyless host; an echo host for the turns that wait); the
-callers' refusals and views need no session, and run against the application served
-in-process on a thread of its own (tests/support/inproc.py)."""
+"""Every member as an A2A agent, driven by the official a2a-sdk client against the application
+served in-process on a thread of its own (tests/support/inproc.py) and real agent sessions (a
+keyless host; an echo host for the turns that wait), the host in a thread of this process
+(tests/agents/support.py ``HostThread``); the callers' refusals and views need no session."""
 
 import httpx
 import pytest
@@ -22,7 +22,7 @@ from tests.delegation.support import (
 )
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240), pytest.mark.shared_server]
+pytestmark = [pytest.mark.timeout(240), pytest.mark.django_db(transaction=True)]
 
 
 def credential(team: Team, name: str) -> str:
@@ -33,14 +33,14 @@ def prompt_turns(team: Team, member: str) -> list[dict]:
     return [e for e in team.history(member) if e["kind"] == "prompt"]
 
 
-async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "deleg")
+async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "deleg")
     try:
-        team.start_host("keyless")
+        team.run_host("keyless")
         spawn_worker(team)
         token = credential(team, "planner")
         async with http(token) as h:
-            card, client = await client_for(h, f"{daphne_server.url}/a2a/deleg/worker")
+            card, client = await client_for(h, f"{served_thread.url}/a2a/deleg/worker")
             assert card.name == "deleg/worker" and card.capabilities.streaming
             assert [i.protocol_binding for i in card.supported_interfaces] == ["JSONRPC", "HTTP+JSON"]
             assert "bearer" in card.security_schemes and [s.id for s in card.skills] == ["worker"]
@@ -65,7 +65,7 @@ async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(
             assert {t.id for t in listed.tasks} == {task_id, task_of(follow).id}
 
             # The HTTP+JSON binding serves the same tasks.
-            _, rest = await client_for(h, f"{daphne_server.url}/a2a/deleg/worker", binding="HTTP+JSON")
+            _, rest = await client_for(h, f"{served_thread.url}/a2a/deleg/worker", binding="HTTP+JSON")
             via_rest = await rest.get_task(pb.GetTaskRequest(id=task_id))
             assert state_name(via_rest.status.state) == "TASK_STATE_COMPLETED"
 
@@ -76,14 +76,13 @@ async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(
 
         # The team's card routes to the Lead.
         async with http(token) as h:
-            team_card, _ = await client_for(h, f"{daphne_server.url}/a2a/deleg")
+            team_card, _ = await client_for(h, f"{served_thread.url}/a2a/deleg")
             assert team_card.name == "deleg"
             assert team_card.supported_interfaces[0].url.endswith("/a2a/deleg/lead/")
     finally:
         team.stop_all()
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_refused_callers_get_nothing(inproc_env, served_thread):
     team = Team(inproc_env, served_thread, "guarded")
     other = inproc_env.team_create("other")
@@ -125,7 +124,6 @@ async def test_refused_callers_get_nothing(inproc_env, served_thread):
     assert prompt_turns(team, "lead") == []
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_a_caller_sees_only_its_own_tasks(inproc_env, served_thread):
     team = Team(inproc_env, served_thread, "private")
     mine, theirs = credential(team, "mine"), credential(team, "theirs")
@@ -148,14 +146,14 @@ async def test_a_caller_sees_only_its_own_tasks(inproc_env, served_thread):
         assert state_name(still.status.state) == "TASK_STATE_SUBMITTED"  # the other caller's cancel did nothing
 
 
-async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "cancels")
+async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "cancels")
     try:
-        team.start_host("echo")
+        team.run_host("echo")
         spawn_worker(team)
         token = credential(team, "canceller")
         async with http(token) as h:
-            _, client = await client_for(h, f"{daphne_server.url}/a2a/cancels/worker", streaming=False, polling=True)
+            _, client = await client_for(h, f"{served_thread.url}/a2a/cancels/worker", streaming=False, polling=True)
             running = task_of(await collect(client.send_message(message("[hold] wait for my word"))))
             team.wait_for(lambda: status_of(team, "worker") == "running" and prompt_turns(team, "worker"),
                           "the held prompt's turn to run")
@@ -173,7 +171,7 @@ async def test_cancel_withdraws_a_waiting_task_and_interrupts_a_running_one(live
                 await client.cancel_task(pb.CancelTaskRequest(id=running.id))
 
             # The withdrawn prompt never got a turn; the member takes the next task.
-            _, streaming = await client_for(h, f"{daphne_server.url}/a2a/cancels/worker")
+            _, streaming = await client_for(h, f"{served_thread.url}/a2a/cancels/worker")
             after = await collect(streaming.send_message(message("are you free?")))
             assert states(after)[-1] == "TASK_STATE_COMPLETED"
             assert artifact_texts(after)[0].endswith("are you free?")
@@ -205,7 +203,6 @@ class AskingModel:
         return ModelReply(text=f"decided: {answers[-1]['source']['decision']}")
 
 
-@pytest.mark.django_db(transaction=True)
 async def test_a_stream_follows_its_task_through_input_required_to_its_answer(inproc_env, served):
     """SendStreamingMessage on a task whose member asks a person: the one stream shows WORKING,
     INPUT_REQUIRED with the question, WORKING again once the caller's message on the task

@@ -1,15 +1,20 @@
 """Cold-resume: a member whose session ended is started again by the host when a
 message arrives, and continues from its durable history."""
+import itertools
+
 import pytest
 
 from tests.agents.support import Team
 
-pytestmark = pytest.mark.e2e
+# One daphne for the module (tests/conftest.py): the hosts die here, never the server; each test
+# has a team of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_server]
+_teams = itertools.count(1)
 
 
 @pytest.fixture
 def team(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "resume")
+    team = Team(live_env, daphne_server, f"resume{next(_teams)}")
     yield team
     team.stop_all()
 
@@ -91,7 +96,7 @@ def test_a_new_host_with_the_state_file_resumes_the_keyless_team_mid_run(team, t
     first or second team_task_create arrives, before the session records it: a
     known point mid-run, however fast the team works (a poll for the task on the
     board sometimes saw the workflow already finished)."""
-    from tests.e2e.test_keyless_profile import (
+    from tests.agents.test_keyless_profile import (
         assert_nothing_lost_or_duplicated,
         assert_researcher_steered_into_implementer_turn,
         assert_tasks_completed_before_final_text,

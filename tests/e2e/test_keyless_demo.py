@@ -1,5 +1,6 @@
 """The main job: ``python manage.py demo``, run as a newcomer runs it (a subprocess), with a real
-browser where the demo waits for one."""
+browser where the demo waits for one. Its --help and its refusals before it starts anything are
+tests/test_demo_command.py's, in this process."""
 import os
 import re
 import signal
@@ -110,82 +111,6 @@ def signed_in(url: str, user: str, password: str) -> httpx.Client:
     return browser
 
 
-def test_demo_help_names_its_options():
-    result = subprocess.run([sys.executable, "manage.py", "demo", "--help"], cwd=ROOT, env=demo_env(ROOT / "var"),
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    for option in ("--port", "--bind", "--team", "--password", "--step-delay", "--no-wait", "--exit-when-done"):
-        assert option in result.stdout
-
-
-def test_demo_says_what_it_does_then_exits_0_once_the_lead_reports_and_runs_again_on_the_same_database(tmp_path):
-    teams, logins = [], []
-    for _ in range(2):
-        result = demo(tmp_path / "var", *FAST, "--exit-when-done", "--timeout", "180")
-        assert result.returncode == 0, result.stdout + result.stderr
-        out = result.stdout
-        assert "TEAM_WORKFLOW_OK" in out
-        # Progress first, then the URL and the login, then the kickoff: the first URL printed is the dashboard's.
-        order = ["loading Django", "preparing the database", "Starting the server", "Starting the team host",
-                 "dashboard ", "login ", "Kickoff", "TEAM_WORKFLOW_OK"]
-        positions = [out.index(text) for text in order]
-        assert positions == sorted(positions), out
-        assert out.index("http://") == out.index("dashboard ") + len("dashboard  "), out
-        url = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+/teams/([a-z0-9_-]+)/)", out)
-        assert url, out
-        teams.append(url.group(2))
-        logins.append(re.search(r"login\s+(.*)", out).group(1))
-    assert teams[0] != teams[1]
-    assert re.fullmatch(r"demo / \S+ \(shown this once: later runs keep it\)", logins[0]), logins[0]
-    assert "the password printed by the first demo run" in logins[1], logins[1]
-    assert logins[0].split()[2] not in logins[1], "a rerun must not print (or set) a new password"
-    assert (tmp_path / "var" / "steerboard.sqlite3").exists()
-
-
-def test_a_rerun_keeps_the_operator_signed_in_and_password_sets_a_new_one(tmp_path):
-    first = RunningDemo(tmp_path / "var", *FAST)
-    try:
-        first.wait_for("TEAM_WORKFLOW_OK")
-        url, user, password = first.login()
-        browser = signed_in(url, user, password)
-        assert browser.get(url).status_code == 200
-        again = demo(tmp_path / "var", *FAST, "--exit-when-done", "--timeout", "180")
-        assert again.returncode == 0, again.stdout + again.stderr
-        page = browser.get(url)
-        assert page.status_code == 200, "the earlier run's browser was signed out"
-        signed_in(url, user, password).close()  # the password still works
-        chosen = demo(tmp_path / "var", *FAST, "--password", "a-chosen-demo-pass-42", "--exit-when-done", "--timeout", "180")
-        assert chosen.returncode == 0, chosen.stdout + chosen.stderr
-        assert "login      demo / a-chosen-demo-pass-42\n" in chosen.stdout
-        signed_in(url, user, "a-chosen-demo-pass-42").close()
-        browser.close()
-    finally:
-        assert first.stop() == 0
-
-
-def test_demo_team_runs_the_workflow_again_in_the_same_team(tmp_path):
-    first = demo(tmp_path / "var", *FAST, "--team", "again", "--exit-when-done", "--timeout", "180")
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "Creating the team again" in first.stdout
-    assert "Run it again in this team: bash scripts/demo.sh --team again" in first.stdout
-    again = RunningDemo(tmp_path / "var", *FAST, "--team", "again")
-    try:
-        again.wait_for("TEAM_WORKFLOW_OK")
-        out = again.out()
-        assert "Using the existing team again" in out and "the workflow runs again in it" in out
-        assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/teams/again/", out), out
-        # The second round worked on new tasks, on the same board, in the same team.
-        server = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+)/", out).group(1)
-        lead_token = re.search(r"Lead token (\S+)\)", out).group(1)
-        board = httpx.post(f"{server}/api/v1/tools/team_task_list", json={},
-                           headers={"Authorization": f"Bearer {lead_token}"}, timeout=30)
-        assert board.status_code == 200, board.text
-        tasks = board.json()["tasks"]
-        assert [(t["id"], t["status"]) for t in tasks] == [(f"task-{n}", "completed") for n in range(1, 5)]
-    finally:
-        assert again.stop() == 0
-
-
 def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -228,34 +153,76 @@ def test_without_a_browser_the_demo_waits_until_its_timeout_and_says_why(tmp_pat
     assert "Kickoff" not in result.stdout and "Waiting for a browser" in result.stdout
 
 
-def test_demo_fails_with_a_reason_when_the_port_is_taken(tmp_path):
-    import socket
+def test_demo_says_what_it_does_exits_0_once_the_lead_reports_and_runs_again_on_the_same_database_and_team(tmp_path):
+    """Three runs on one database: a new team, then ``--team again`` (a new team by that name)
+    exiting when done, then ``--team again`` left running (the workflow again in that team)."""
+    teams, logins = [], []
+    for args in ((), ("--team", "again")):
+        result = demo(tmp_path / "var", *FAST, *args, "--exit-when-done", "--timeout", "180")
+        assert result.returncode == 0, result.stdout + result.stderr
+        out = result.stdout
+        assert "TEAM_WORKFLOW_OK" in out
+        # Progress first, then the URL and the login, then the kickoff: the first URL printed is the dashboard's.
+        order = ["loading Django", "preparing the database", "Starting the server", "Starting the team host",
+                 "dashboard ", "login ", "Kickoff", "TEAM_WORKFLOW_OK"]
+        positions = [out.index(text) for text in order]
+        assert positions == sorted(positions), out
+        assert out.index("http://") == out.index("dashboard ") + len("dashboard  "), out
+        url = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+/teams/([a-z0-9_-]+)/)", out)
+        assert url, out
+        teams.append(url.group(2))
+        logins.append(re.search(r"login\s+(.*)", out).group(1))
+    assert teams[0] != teams[1] == "again"
+    assert re.fullmatch(r"demo / \S+ \(shown this once: later runs keep it\)", logins[0]), logins[0]
+    assert "the password printed by the first demo run" in logins[1], logins[1]
+    assert logins[0].split()[2] not in logins[1], "a rerun must not print (or set) a new password"
+    assert (tmp_path / "var" / "steerboard.sqlite3").exists()
+    assert "Creating the team again" in out
+    assert "Run it again in this team: bash scripts/demo.sh --team again" in out
 
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--port", str(port), "--exit-when-done"],
-            cwd=ROOT, env=demo_env(tmp_path / "var"), capture_output=True, text=True, timeout=120,
-        )
-    assert result.returncode != 0
-    assert f"port {port} is in use" in result.stderr
-
-
-def test_demo_serves_the_dashboard_until_ctrl_c(tmp_path):
-    running = RunningDemo(tmp_path / "var", *FAST)
+    again = RunningDemo(tmp_path / "var", *FAST, "--team", "again")
     try:
-        running.wait_for("TEAM_WORKFLOW_OK")
-        url, user, password = running.login()
+        again.wait_for("TEAM_WORKFLOW_OK")
+        out = again.out()
+        assert "Using the existing team again" in out and "the workflow runs again in it" in out
+        assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/teams/again/", out), out
+        # The second round worked on new tasks, on the same board, in the same team.
+        server = re.search(r"dashboard\s+(http://127\.0\.0\.1:\d+)/", out).group(1)
+        lead_token = re.search(r"Lead token (\S+)\)", out).group(1)
+        board = httpx.post(f"{server}/api/v1/tools/team_task_list", json={},
+                           headers={"Authorization": f"Bearer {lead_token}"}, timeout=30)
+        assert board.status_code == 200, board.text
+        tasks = board.json()["tasks"]
+        assert [(t["id"], t["status"]) for t in tasks] == [(f"task-{n}", "completed") for n in range(1, 5)]
+    finally:
+        assert again.stop() == 0
+
+
+def test_demo_serves_the_dashboard_until_ctrl_c_and_a_rerun_keeps_the_operator_signed_in(tmp_path):
+    """One demo left running; two more runs on its database while it serves (the second with
+    --password); then Ctrl-C ends it, and its server with it."""
+    first = RunningDemo(tmp_path / "var", *FAST)
+    try:
+        first.wait_for("TEAM_WORKFLOW_OK")
+        url, user, password = first.login()
         browser = signed_in(url, user, password)
         assert browser.get(url).status_code == 200
+        assert first.proc.poll() is None, "the demo keeps running after the workflow"
+        again = demo(tmp_path / "var", *FAST, "--exit-when-done", "--timeout", "180")
+        assert again.returncode == 0, again.stdout + again.stderr
+        page = browser.get(url)
+        assert page.status_code == 200, "the earlier run's browser was signed out"
+        signed_in(url, user, password).close()  # the password still works
+        chosen = demo(tmp_path / "var", *FAST, "--password", "a-chosen-demo-pass-42", "--exit-when-done", "--timeout", "180")
+        assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+        assert "login      demo / a-chosen-demo-pass-42\n" in chosen.stdout
+        signed_in(url, user, "a-chosen-demo-pass-42").close()
         browser.close()
-        assert running.proc.poll() is None, "the demo keeps running after the workflow"
+        assert first.proc.poll() is None, "the demo keeps running after the workflow"
     finally:
-        assert running.stop() == 0
+        assert first.stop() == 0
     # ... and Ctrl-C found it still in its loop: it had not returned once the workflow was done.
-    assert "\nstopping" in running.ended_out(), running.out()
+    assert "\nstopping" in first.ended_out(), first.out()
     with pytest.raises(httpx.ConnectError):  # daphne went with it
         httpx.get(url, timeout=5)
     log_dir = tmp_path / "var" / "demo-logs"

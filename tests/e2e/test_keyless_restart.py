@@ -9,7 +9,7 @@ task-2 only after the end, and then the restart was not in the middle at all."""
 import pytest
 
 from tests.agents.support import Team
-from tests.e2e.test_keyless_profile import (
+from tests.agents.test_keyless_profile import (
     assert_nothing_lost_or_duplicated,
     assert_researcher_steered_into_implementer_turn,
     assert_tasks_completed_before_final_text,

@@ -1,5 +1,6 @@
-"""/mcp against a real daphne process with the real TypeScript MCP clients from npm: the SDK
-(@modelcontextprotocol/sdk, tests/mcp_ts/drive.mjs) and the MCP Inspector's CLI, on Node 22.
+"""/mcp with the real TypeScript MCP clients from npm, as processes: the SDK
+(@modelcontextprotocol/sdk, tests/mcp_ts/drive.mjs) and the MCP Inspector's CLI, on Node 22,
+against the application served in-process on a thread of its own (tests/support/inproc.py).
 
 scripts/test.sh installs Node 22 and both packages into tests/mcp_ts/node_modules from the
 committed package-lock.json (`npm ci`); without them these tests fail and say so."""
@@ -13,10 +14,9 @@ import httpx
 import pytest
 import websockets
 
-from tests.support.live import DaphneProcess
 from steerboard_protocol.tools import TEAM_TOOLS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TS_DIR = Path(__file__).resolve().parents[1] / "mcp_ts"
 NODE_BIN = TS_DIR / "node_modules" / ".bin"
@@ -33,11 +33,11 @@ TOOL_CODES = {
 }
 # Small limits, so each full-up refusal is a few calls away.
 LIMITS = {
-    "STEERBOARD_MAX_MESSAGE_BYTES": "2048",
-    "STEERBOARD_MAX_PENDING_PER_TARGET": "3",
-    "STEERBOARD_MAX_MEMBERS_PER_TEAM": "4",  # teammates: implementer, gone, broken, reviewer
-    "STEERBOARD_MAX_TASKS_PER_TEAM": "3",
-    "STEERBOARD_MAX_WAITS_PER_MEMBER": "1",
+    "MAX_MESSAGE_BYTES": 2048,
+    "MAX_PENDING_PER_TARGET": 3,
+    "MAX_MEMBERS_PER_TEAM": 4,  # teammates: implementer, gone, broken, reviewer
+    "MAX_TASKS_PER_TEAM": 3,
+    "MAX_WAITS_PER_MEMBER": 1,
 }
 
 
@@ -96,21 +96,20 @@ async def drain(ws):
 
 
 @pytest.fixture
-def limited_server(live_env):
-    server = DaphneProcess(live_env, **LIMITS).start()
-    yield server
-    server.stop()
+def limited_server(settings, served_thread):
+    settings.STEERBOARD = {**settings.STEERBOARD, **LIMITS}
+    return served_thread
 
 
-async def test_the_typescript_sdk_calls_the_ten_tools_and_reads_every_refusal(live_env, limited_server, tmp_path):
+async def test_the_typescript_sdk_calls_the_ten_tools_and_reads_every_refusal(inproc_env, limited_server, tmp_path):
     env = node_env(tmp_path)
     server = limited_server
-    team = live_env.team_create("ts")
+    team = inproc_env.team_create("ts")
     lead = team["lead"]["token"]
     for name in ["implementer", "gone"]:
         await asyncio.to_thread(rest, server, lead, "spawn_teammate", name=name, description="d", prompt="")
-    impl = live_env.manage_json("member_token", "ts", "implementer")["token"]
-    live_env.manage("member_retire", "ts", "gone")
+    impl = inproc_env.manage_json("member_token", "ts", "implementer")["token"]
+    inproc_env.manage("member_retire", "ts", "gone")
     # A teammate whose host could not start it is failed.
     async with websockets.connect(
         server.ws_url + "/ws/host/", additional_headers={"Authorization": f"Bearer {team['host_token']}"}
@@ -147,19 +146,19 @@ async def test_the_typescript_sdk_calls_the_ten_tools_and_reads_every_refusal(li
         assert refusal["text"].startswith(refusal["code"] + ": "), refusal
     assert summary["resources"] == ["steerboard://inbox", "steerboard://policy"]
     assert "UNAUTHENTICATED" in summary["unauthorized"]
-    assert "Traceback" not in server.log()
+    assert server.server_errors() == []
 
 
 async def test_the_mcp_inspector_cli_lists_calls_reads_and_reports_a_bad_token_as_unauthorized(
-    live_env, daphne_server, tmp_path
+    inproc_env, served_thread, tmp_path
 ):
     """The commands of docs/mcp.md, as written there (with this server's URL and token)."""
     env = node_env(tmp_path)
-    team = live_env.team_create("ts")
+    team = inproc_env.team_create("ts")
     lead = team["lead"]["token"]
-    await asyncio.to_thread(rest, daphne_server, lead, "spawn_teammate", name="implementer", description="d", prompt="Go.")
-    impl = live_env.manage_json("member_token", "ts", "implementer")["token"]
-    url = daphne_server.url + "/mcp"
+    await asyncio.to_thread(rest, served_thread, lead, "spawn_teammate", name="implementer", description="d", prompt="Go.")
+    impl = inproc_env.manage_json("member_token", "ts", "implementer")["token"]
+    url = served_thread.url + "/mcp"
     bearer = f"Authorization: Bearer {impl}"
     inspector = [
         str(NODE_BIN / "mcp-inspector"), "--cli", url, "--transport", "http", "--header", bearer, "--stored-auth-only"
@@ -197,6 +196,6 @@ async def test_the_mcp_inspector_cli_lists_calls_reads_and_reports_a_bad_token_a
     error = json.loads(err.strip().splitlines()[-1])["error"]
     assert error["code"] == "auth_required"
     assert "UNAUTHENTICATED" in error["message"]
-    log = daphne_server.log()
-    assert "/.well-known/" not in log and "/register" not in log
-    assert "Traceback" not in log
+    paths = [path for _, path, _ in served_thread.requests]
+    assert not any("/.well-known/" in p or "/register" in p for p in paths), paths
+    assert served_thread.server_errors() == []

@@ -13,7 +13,8 @@ import websockets
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.wire_agent import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+# The first two share one daphne and its environment (tests/conftest.py), each on a team of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), pytest.mark.shared_server]
 
 BOUND = 5.0  # TOKEN_CACHE_SECONDS' default
 
@@ -89,7 +90,7 @@ async def test_a_token_revoked_by_another_process_closes_its_open_socket_within_
     assert closed_at - revoked_at <= BOUND
     # Nothing was stored after the close, and the token opens nothing any more.
     stored = live_env.query("SELECT count(*) FROM mailbox_teammessage m JOIN teams_member s ON s.id = m.sender_id "
-                            "WHERE s.name = 'impl'")[0][0]
+                            "JOIN teams_team t ON t.id = s.team_id WHERE s.name = 'impl' AND t.name = 'rv'")[0][0]
     answered = sum(1 for f in frames if f["type"] == "tool_result" and "result" in f)
     assert answered <= stored <= answered + 2  # the answered ones, and any in flight at the close
     with pytest.raises(websockets.InvalidStatus):
@@ -114,7 +115,7 @@ async def test_retiring_by_command_closes_every_socket_of_the_member(live_env, d
     # A retired member stored nothing after its retirement was answered.
     late = live_env.query(
         "SELECT count(*) FROM mailbox_teammessage m JOIN teams_member s ON s.id = m.sender_id "
-        "WHERE s.name = 'impl' AND s.phase = 'retired'"
+        "JOIN teams_team t ON t.id = s.team_id WHERE s.name = 'impl' AND s.phase = 'retired' AND t.name = 'rt'"
     )[0][0]
     answered = sum(1 for f in frames if f["type"] == "tool_result" and "result" in f)
     assert late <= answered + 2

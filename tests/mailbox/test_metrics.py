@@ -135,44 +135,39 @@ async def test_only_an_operator_token_or_an_allowed_address_may_scrape(api, sett
     assert off.status_code == 404 and off.json()["error"]["code"] == "NOT_FOUND"
 
 
-@pytest.mark.e2e
-def test_a_daphne_process_scraped_from_an_allowed_address_agrees_with_its_database(tmp_path):
-    """The real server: N sends and their deliveries over REST to a daphne process, scraped by
-    an address STEERBOARD_METRICS_ALLOW lists; its counters are the database's Lead log."""
+def test_the_server_scraped_over_its_socket_from_an_allowed_address_agrees_with_its_database(
+        inproc_env, served_thread, settings):
+    """The application served on a real socket (in a thread of this process): N sends and their
+    deliveries over REST, scraped by an address STEERBOARD_METRICS_ALLOW lists (the scraper's
+    own, 127.0.0.1, as the server sees it on the connection); its counters are the database's
+    Lead log."""
     import httpx
 
-    from tests.support.live import DaphneProcess, LiveEnvironment
-
-    environment = LiveEnvironment(tmp_path, STEERBOARD_METRICS_ALLOW="127.0.0.1")
-    server = DaphneProcess(environment).start()
-    try:
-        team = environment.team_create("metered")
-        lead = {"Authorization": f"Bearer {team['lead']['token']}"}
-        with httpx.Client(base_url=server.url, timeout=10) as http:
-            spawned = http.post("/api/v1/tools/spawn_teammate", headers=lead,
-                                json={"name": "impl", "description": "d", "prompt": ""})
-            assert spawned.status_code == 200, spawned.text
-            impl = {"Authorization": f"Bearer {environment.manage_json('member_token', 'metered', 'impl')['token']}"}
-            n = 25
-            for i in range(n):
-                sent = http.post("/api/v1/tools/send_message", headers=lead, json={"target": "impl", "message": f"m{i}"})
-                assert sent.status_code == 200, sent.text
-            inbox = http.get("/api/v1/inbox?limit=10", headers=impl).json()["messages"]
-            entries = [{"id": f"e-{m['id']}", "kind": "user_message", "text": m["content"],
-                        "source": {"kind": "team-message", "message_id": m["id"]}} for m in inbox]
-            assert http.post("/api/v1/session/entries", headers=impl, json={"entries": entries}).status_code == 200
-            scraped = http.get("/metrics")
-        assert scraped.status_code == 200, scraped.text
-        found = samples(scraped.text)
-        logged = dict(environment.query(
-            "SELECT kind, COUNT(*) FROM mailbox_leadlogrecord WHERE message_id IS NOT NULL GROUP BY kind"
-        ))
-        for kind, state in metrics.STATE_OF_KIND.items():
-            assert total(found, "steerboard_message_transitions_total", team="metered", state=state) == logged.get(kind, 0)
-        assert logged["team/message/queued"] == n and logged["team/message/delivered"] == 10
-        assert total(found, "steerboard_messages_sent_total", team="metered", transport="rest") == n
-        assert total(found, "steerboard_undelivered_messages", team="metered") == n - 10
-        assert total(found, "steerboard_send_to_delivered_seconds_count") == 10
-    finally:
-        server.stop()
-        environment.close()
+    settings.STEERBOARD = {**settings.STEERBOARD, "METRICS_ALLOW": ("127.0.0.1",)}
+    team = inproc_env.team_create("metered")
+    lead = {"Authorization": f"Bearer {team['lead']['token']}"}
+    with httpx.Client(base_url=served_thread.url, timeout=10) as http:
+        spawned = http.post("/api/v1/tools/spawn_teammate", headers=lead,
+                            json={"name": "impl", "description": "d", "prompt": ""})
+        assert spawned.status_code == 200, spawned.text
+        impl = {"Authorization": f"Bearer {inproc_env.manage_json('member_token', 'metered', 'impl')['token']}"}
+        n = 25
+        for i in range(n):
+            sent = http.post("/api/v1/tools/send_message", headers=lead, json={"target": "impl", "message": f"m{i}"})
+            assert sent.status_code == 200, sent.text
+        inbox = http.get("/api/v1/inbox?limit=10", headers=impl).json()["messages"]
+        entries = [{"id": f"e-{m['id']}", "kind": "user_message", "text": m["content"],
+                    "source": {"kind": "team-message", "message_id": m["id"]}} for m in inbox]
+        assert http.post("/api/v1/session/entries", headers=impl, json={"entries": entries}).status_code == 200
+        scraped = http.get("/metrics")
+    assert scraped.status_code == 200, scraped.text
+    found = samples(scraped.text)
+    logged = dict(inproc_env.query(
+        "SELECT kind, COUNT(*) FROM mailbox_leadlogrecord WHERE message_id IS NOT NULL GROUP BY kind"
+    ))
+    for kind, state in metrics.STATE_OF_KIND.items():
+        assert total(found, "steerboard_message_transitions_total", team="metered", state=state) == logged.get(kind, 0)
+    assert logged["team/message/queued"] == n and logged["team/message/delivered"] == 10
+    assert total(found, "steerboard_messages_sent_total", team="metered", transport="rest") == n
+    assert total(found, "steerboard_undelivered_messages", team="metered") == n - 10
+    assert total(found, "steerboard_send_to_delivered_seconds_count") == 10

@@ -4,22 +4,19 @@ import asyncio
 import contextlib
 import io
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from mailbox.engine import events
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
+from tests.support.settings_env import settings_from_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @database_sync_to_async
@@ -296,23 +293,15 @@ async def test_with_max_members_2_the_third_teammate_is_refused(api, settings):
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "eight"])
-def test_a_limit_that_is_not_a_positive_integer_stops_the_server_at_start_up(value):
-    env = {**os.environ, "STEERBOARD_MAX_MEMBERS_PER_TEAM": value, "DEBUG": "1"}
-    run = subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-    assert run.returncode != 0
-    assert f"STEERBOARD_MAX_MEMBERS_PER_TEAM must be a positive integer (like 8), not {value!r}" in run.stderr
+def test_a_limit_that_is_not_a_positive_integer_stops_the_server_at_start_up(monkeypatch, value):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        settings_from_env(monkeypatch, STEERBOARD_MAX_MEMBERS_PER_TEAM=value, DEBUG="1")
+    assert f"STEERBOARD_MAX_MEMBERS_PER_TEAM must be a positive integer (like 8), not {value!r}" in str(refused.value)
 
 
-def test_a_positive_limit_is_taken():
-    env = {**os.environ, "STEERBOARD_MAX_MEMBERS_PER_TEAM": "12", "DEBUG": "1"}
-    code = "import django; django.setup(); from django.conf import settings; print(settings.STEERBOARD['MAX_MEMBERS_PER_TEAM'])"
-    run = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
-        capture_output=True, text=True, timeout=60,
-    )
-    assert run.stdout.strip() == "12", run.stderr
+def test_a_positive_limit_is_taken(monkeypatch):
+    taken = settings_from_env(monkeypatch, STEERBOARD_MAX_MEMBERS_PER_TEAM="12", DEBUG="1")
+    assert taken.STEERBOARD["MAX_MEMBERS_PER_TEAM"] == 12
 
 
 # --- 9. write scopes normalised, reassign hands a pending task over in progress (issue 31) -------

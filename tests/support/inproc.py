@@ -449,6 +449,17 @@ class InProcessEnvironment:
         args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
         return self.manage_json(*args, *(["--viewer"] if viewer else []))
 
+    def database_url(self) -> str:
+        """The test database as a ``DATABASE_URL`` for a process the test starts (a ``manage.py``
+        line of a docs example): it reads and writes what the served application does."""
+        from django.db import connection
+
+        db = connection.settings_dict
+        if db["ENGINE"].endswith("sqlite3"):
+            return f"sqlite:///{db['NAME']}"
+        user = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+        return f"postgres://{user}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
     def query(self, sql: str) -> list[tuple]:
         from django.db import connection
 

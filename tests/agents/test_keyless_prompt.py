@@ -1,16 +1,17 @@
-"""A human prompt sent while a member is running waits, then starts its own turn."""
+"""A human prompt sent while a member is running waits, then starts its own turn (the application
+served in-process, the echo host in a thread of this process)."""
 import pytest
 
 from tests.agents.support import Team
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_prompt_sent_while_running_starts_its_own_turn_after_that_turn(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "prompting")
+def test_a_prompt_sent_while_running_starts_its_own_turn_after_that_turn(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "prompting")
     try:
-        team.start_host("echo")
+        team.run_host("echo")
         spawn_worker(team)
         team.tool("lead", "send_message", target="worker", message="[hold] wait for my next message")
         team.wait_for(

@@ -1,21 +1,23 @@
-"""The keyless Agent Teams profile, end to end: a real daphne process, the real
-host and the Lead's session as ``python -m steerboard_agents`` processes."""
+"""The keyless Agent Teams profile, end to end: the application served in-process on a thread of
+its own, the real host (the CLI's ``Host`` with the keyless model, tests/agents/support.py
+``HostThread``) running every member's session. tests/e2e/test_keyless_cold_resume.py runs it
+again with a host process that dies mid-run."""
 import pytest
 
 from tests.agents.support import Team, normalise, snapshot_compare
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def team(live_env, daphne_server):
-    team = Team(live_env, daphne_server, "keyless")
+def team(inproc_env, served_thread):
+    team = Team(inproc_env, served_thread, "keyless")
     yield team
     team.stop_all()
 
 
 def run_profile(team: Team) -> None:
-    team.start_host("keyless")
+    team.run_host("keyless")
     team.prompt("lead", "Run the team workflow.")
     team.wait_for(team.workflow_ok, "the Lead's TEAM_WORKFLOW_OK")
     team.wait_for(team.settled, "every member idle with every message delivered")
