@@ -103,6 +103,17 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedServerScheduling(config, log)
 
 
+@pytest.fixture(scope="session")
+def chromium_session():
+    """One Chromium for the test process's browser tests (tests/frontend/conftest.py ``browser``),
+    started at the first of them: each test gets contexts of its own (tests/support/chromium.py)."""
+    from tests.support.chromium import ChromiumSession
+
+    session = ChromiumSession()
+    yield session
+    session.close()
+
+
 @pytest.fixture(scope="module")
 def module_live_env(tmp_path_factory):
     from tests.support.live import LiveEnvironment

@@ -41,6 +41,11 @@ CLOSE_UNAUTHENTICATED = 4401
 # The token already holds MAX_SOCKETS_PER_TOKEN websockets on this process.
 CLOSE_TOO_MANY = 4429
 
+# Tests only: called with each agent or host consumer as its socket starts, so that an in-process
+# client can await the consumer's handling of what it sent (tests/support/inproc.py, ``settled``).
+# None in production: one check per socket, none per frame.
+opened = None
+
 
 def _error(code: ErrorCode, message: str) -> dict:
     return {"type": "error", **TeamError(code, message).as_wire()}
@@ -91,6 +96,8 @@ class _JsonFrames(LeanConsumer):
     _closed_unavailable = False
 
     async def __call__(self, scope, receive, send):
+        if opened is not None:
+            opened(self, scope)
         try:
             await super().__call__(scope, receive, send)
         finally:

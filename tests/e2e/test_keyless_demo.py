@@ -57,7 +57,8 @@ class RunningDemo:
             preexec_fn=_sigint_default,
         )
         self.lines: list[tuple[float, str]] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -65,6 +66,11 @@ class RunningDemo:
 
     def out(self) -> str:
         return "".join(line for _, line in self.lines)
+
+    def ended_out(self) -> str:
+        """All it printed, once it has ended (its stdout read to the end)."""
+        self._reader.join(30)
+        return self.out()
 
     def wait_for(self, text: str, timeout: float = 180) -> float:
         """When the first line containing ``text`` came (monotonic)."""
@@ -114,7 +120,6 @@ def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path)
     try:
         running.wait_for("Waiting for a browser")
         url, user, password = running.login()
-        time.sleep(3)
         assert "Kickoff" not in running.out(), "nobody is looking yet"
         with sync_playwright() as playwright:
             chromium = launch_chromium(playwright)
@@ -133,6 +138,12 @@ def test_demo_waits_for_a_browser_on_the_team_page_then_paces_the_team(tmp_path)
             chromium.close()
     finally:
         assert running.stop() == 0
+    # It waited for the browser: daphne logged the team page's websocket before the kickoff prompt.
+    team = re.search(r"/teams/([^/]+)/", url).group(1)
+    access = (tmp_path / "var" / "demo-logs" / "access.log").read_text().splitlines()
+    viewer = next(i for i, line in enumerate(access) if f'"WSCONNECT /ws/dashboard/{team}/"' in line)
+    kicked = next(i for i, line in enumerate(access) if f'"POST /api/v1/teams/{team}/prompts"' in line)
+    assert viewer < kicked, "\n".join(access)
 
 
 def test_without_a_browser_the_demo_waits_until_its_timeout_and_says_why(tmp_path):
@@ -210,6 +221,8 @@ def test_demo_serves_the_dashboard_until_ctrl_c_and_a_rerun_keeps_the_operator_s
         assert first.proc.poll() is None, "the demo keeps running after the workflow"
     finally:
         assert first.stop() == 0
+    # ... and Ctrl-C found it still in its loop: it had not returned once the workflow was done.
+    assert "\nstopping" in first.ended_out(), first.out()
     with pytest.raises(httpx.ConnectError):  # daphne went with it
         httpx.get(url, timeout=5)
     log_dir = tmp_path / "var" / "demo-logs"

@@ -1,5 +1,5 @@
-"""Browser fixtures: Debian's Chromium through Playwright, a real daphne process, agent sessions
-played with the `websockets` client, and screenshots saved under artifacts/."""
+"""Browser fixtures: Debian's Chromium through Playwright (one per test process, a context per
+test), agent sessions played with the `websockets` client, and screenshots saved under artifacts/."""
 import json
 import time
 from pathlib import Path
@@ -8,22 +8,18 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.support.chromium import launch_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 
 
 @pytest.fixture
-def browser():
-    """Per test: sync Playwright keeps its own event loop current while it runs, so it must be
-    gone again before any asyncio test (pytest-asyncio) of the suite runs after this one."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = launch_chromium(playwright)
+def browser(chromium_session):
+    """The test process's one Chromium (tests/conftest.py ``chromium_session``), for this test:
+    the contexts it opens are closed after it, and no event loop is left running for the
+    asyncio tests after it (tests/support/chromium.py)."""
+    with chromium_session.active() as chromium:
         yield chromium
-        chromium.close()
 
 
 @pytest.fixture

@@ -1,63 +1,62 @@
 """Each lane says what its member is doing and for how long (issue 28 item 3), in real Chromium
-against a real daphne with a short STEERBOARD_STALL_AFTER: a session played over the websocket
+against the application served in-process with a short STALL_AFTER: a session played over the websocket
 goes idle → working on a tool → stalled (the page reads again when it crosses the threshold,
 no doorbell rings) and joins Needs attention → working again → waiting for a peer → idle."""
 import pytest
 from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
-from tests.support.live import DaphneProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_lane_shows_the_members_activity_with_its_age_and_a_stall_needs_attention(live_env, page, agents):
-    server = DaphneProcess(live_env, STEERBOARD_STALL_AFTER="3").start()
-    try:
-        team = live_env.team_create("doing")
-        tool(server, team["lead"]["token"], "spawn_teammate", name="coder", description="writes the code", prompt="")
-        live_env.operator_create("op")
-        login(page, server, "op", "pw-op")
-        open_team(page, server, "doing")
+def test_the_lane_shows_the_members_activity_with_its_age_and_a_stall_needs_attention(
+    inproc_env, served_thread, settings, page, agents
+):
+    server = served_thread
+    settings.STEERBOARD = {**settings.STEERBOARD, "STALL_AFTER": 3.0}
+    team = inproc_env.team_create("doing")
+    tool(server, team["lead"]["token"], "spawn_teammate", name="coder", description="writes the code", prompt="")
+    inproc_env.operator_create("op")
+    login(page, server, "op", "pw-op")
+    open_team(page, server, "doing")
 
-        lane = page.locator('[data-member="coder"]')
-        expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "inactive")
-        coder = agents(server, live_env.manage_json("member_token", "doing", "coder")["token"], "idle")
-        expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "idle")
-        expect(lane.locator("[data-activity] time[data-activity-since]")).to_have_attribute("data-ago", "for {age}")
+    lane = page.locator('[data-member="coder"]')
+    expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "inactive")
+    coder = agents(server, inproc_env.manage_json("member_token", "doing", "coder")["token"], "idle")
+    expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "idle")
+    expect(lane.locator("[data-activity] time[data-activity-since]")).to_have_attribute("data-ago", "for {age}")
 
-        coder.status("running")
-        coder.entry("turn_start", turn_id="t1", step=0, cause="steer")
-        coder.entry("tool_call", turn_id="t1", step=0, call_id="c1", tool="team_task_list", arguments={})
-        working = lane.locator('[data-activity="working"]')
-        expect(working).to_contain_text("team_task_list")
-        expect(working.locator("time[data-activity-since]")).to_contain_text("for ")
-        screenshot(page, "activity-1-working")
+    coder.status("running")
+    coder.entry("turn_start", turn_id="t1", step=0, cause="steer")
+    coder.entry("tool_call", turn_id="t1", step=0, call_id="c1", tool="team_task_list", arguments={})
+    working = lane.locator('[data-activity="working"]')
+    expect(working).to_contain_text("team_task_list")
+    expect(working.locator("time[data-activity-since]")).to_contain_text("for ")
+    screenshot(page, "activity-1-working")
 
-        # Nothing recorded for 3 s: stalled, with the last entry; and it needs attention.
-        stalled = lane.locator('[data-activity="stalled"]')
-        expect(stalled).to_contain_text("last entry tool_call team_task_list")
-        item = page.locator('[data-attention="stalled"][data-attention-member="coder"]')
-        expect(item).to_be_visible()
-        expect(item.locator("[data-last-error]")).to_contain_text("last entry tool_call team_task_list")
-        expect(item.locator('a[data-lane-link="coder"]')).to_be_visible()
-        screenshot(page, "activity-2-stalled")
+    # Nothing recorded for 3 s: stalled, with the last entry; and it needs attention.
+    stalled = lane.locator('[data-activity="stalled"]')
+    expect(stalled).to_contain_text("last entry tool_call team_task_list")
+    item = page.locator('[data-attention="stalled"][data-attention-member="coder"]')
+    expect(item).to_be_visible()
+    expect(item.locator("[data-last-error]")).to_contain_text("last entry tool_call team_task_list")
+    expect(item.locator('a[data-lane-link="coder"]')).to_be_visible()
+    screenshot(page, "activity-2-stalled")
 
-        # Its result arrives: working again, and Needs attention lets it go.
-        coder.entry("tool_result", turn_id="t1", step=0, call_id="c1", tool="team_task_list", result={"tasks": []})
-        expect(lane.locator('[data-activity="working"]')).to_contain_text("thinking")
-        expect(item).to_have_count(0)
+    # Its result arrives: working again, and Needs attention lets it go.
+    coder.entry("tool_result", turn_id="t1", step=0, call_id="c1", tool="team_task_list", result={"tasks": []})
+    expect(lane.locator('[data-activity="working"]')).to_contain_text("thinking")
+    expect(item).to_have_count(0)
 
-        coder.entry("tool_call", turn_id="t1", step=1, call_id="c2", tool="await_message",
-                    arguments={"sender": "lead"}, local=True)
-        expect(lane.locator('[data-activity="waiting_peer"]')).to_contain_text("await_message from lead")
-        screenshot(page, "activity-3-waiting")
+    coder.entry("tool_call", turn_id="t1", step=1, call_id="c2", tool="await_message",
+                arguments={"sender": "lead"}, local=True)
+    expect(lane.locator('[data-activity="waiting_peer"]')).to_contain_text("await_message from lead")
+    screenshot(page, "activity-3-waiting")
 
-        coder.entry("tool_result", turn_id="t1", step=1, call_id="c2", tool="await_message",
-                    result={"timed_out": True, "arrived": []})
-        coder.entry("turn_end", turn_id="t1", step=1, reason="done")
-        coder.status("idle")
-        expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "idle")
-        assert not page.page_errors
-    finally:
-        server.stop()
+    coder.entry("tool_result", turn_id="t1", step=1, call_id="c2", tool="await_message",
+                result={"timed_out": True, "arrived": []})
+    coder.entry("turn_end", turn_id="t1", step=1, reason="done")
+    coder.status("idle")
+    expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "idle")
+    assert not page.page_errors

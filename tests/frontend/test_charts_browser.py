@@ -2,9 +2,8 @@
 ages with the exact time on hover, the Lead's lane after an MCP inbox read, the prompt form
 following its prompt, and a layout that holds at 1280 px and at a phone's 390 px.
 
-The tests share one server (shared_server), each on a team of its own: every chart and number
-they read is their team's. (The team list seeing teams other processes make counts the teams
-on its server: tests/frontend/test_team_list.py, on a server of its own.)"""
+Against the application served in-process (tests/support/inproc.py ``served_thread``), on
+the test's own database."""
 import asyncio
 import json
 import re
@@ -15,7 +14,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Twenty deliveries to the implementer over the last twelve minutes (18 in 1 s, 2 in 30 s),
 # five to the reviewer forty minutes ago (2 s each), two messages still queued for the reviewer.
@@ -50,12 +49,12 @@ Member.objects.filter(pk=rev.pk).update(next_seq=8)
 EXACT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC[+−]\d\d:\d\d$")
 
 
-def _team_with_history(live_env, server, name: str) -> dict:
-    team = live_env.team_create(name)
+def _team_with_history(inproc_env, server, name: str) -> dict:
+    team = inproc_env.team_create(name)
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
     tool(server, lead, "spawn_teammate", name="reviewer", description="reads it through", prompt="")
-    live_env.manage("shell", "-c", HISTORY.format(team=name))
+    inproc_env.manage("shell", "-c", HISTORY.format(team=name))
     return team
 
 
@@ -66,10 +65,10 @@ def _no_horizontal_overflow(page) -> None:
     assert overflow[0] <= overflow[1], f"page is {overflow[0]} px wide in a {overflow[1]} px viewport"
 
 
-def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(live_env, daphne_server, page):
-    server = daphne_server
-    _team_with_history(live_env, server, "charts")
-    live_env.operator_create("op")
+def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(inproc_env, served_thread, page):
+    server = served_thread
+    _team_with_history(inproc_env, server, "charts")
+    inproc_env.operator_create("op")
     page.set_viewport_size({"width": 1280, "height": 900})
     login(page, server, "op", "pw-op")
     open_team(page, server, "charts")
@@ -147,10 +146,10 @@ def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(live_e
     assert page.page_errors == []
 
 
-def test_a_phone_width_has_no_horizontal_overflow_and_the_page_works_by_keyboard(live_env, daphne_server, page, agents):
-    server = daphne_server
-    team = _team_with_history(live_env, server, "phone")
-    live_env.operator_create("op")
+def test_a_phone_width_has_no_horizontal_overflow_and_the_page_works_by_keyboard(inproc_env, served_thread, page, agents):
+    server = served_thread
+    team = _team_with_history(inproc_env, server, "phone")
+    inproc_env.operator_create("op")
     page.set_viewport_size({"width": 390, "height": 844})
     login(page, server, "op", "pw-op")
     _no_horizontal_overflow(page)
@@ -185,16 +184,16 @@ def test_a_phone_width_has_no_horizontal_overflow_and_the_page_works_by_keyboard
     assert page.page_errors == []
 
 
-def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(live_env, daphne_server, page):
+def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(inproc_env, served_thread, page):
     from tests.e2e.test_mcp import mcp_client
 
-    server = daphne_server
-    team = live_env.team_create("poll")
+    server = served_thread
+    team = inproc_env.team_create("poll")
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
-    impl = live_env.manage_json("member_token", "poll", "implementer")["token"]
+    impl = inproc_env.manage_json("member_token", "poll", "implementer")["token"]
     sent = tool(server, impl, "send_message", target="lead", message="Done with task-1.")
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "poll")
     lane = page.locator('[data-member="lead"]')
@@ -221,10 +220,10 @@ def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(live_env, daphn
     screenshot(page, "lead-after-mcp-inbox-read")
 
 
-def test_the_prompt_form_follows_its_prompt_until_it_completed(live_env, daphne_server, page, agents):
-    server = daphne_server
-    team = live_env.team_create("asks")
-    live_env.operator_create("op")
+def test_the_prompt_form_follows_its_prompt_until_it_completed(inproc_env, served_thread, page, agents):
+    server = served_thread
+    team = inproc_env.team_create("asks")
+    inproc_env.operator_create("op")
     session = agents(server, team["lead"]["token"], "idle")
     login(page, server, "op", "pw-op")
     open_team(page, server, "asks")
@@ -276,23 +275,23 @@ for name, seq in seqs.items():
 """
 
 
-def test_a_demo_like_run_for_the_picture_in_the_docs(live_env, daphne_server, page, agents):
+def test_a_demo_like_run_for_the_picture_in_the_docs(inproc_env, served_thread, page, agents):
     """A team at work: sessions over the wire, messages in every state, a turn running, charts
     over the last quarter hour (docs/dashboard.png itself comes from a real demo run:
     scripts/dashboard_screenshot.py)."""
-    server = daphne_server
-    team = live_env.team_create("demo")
+    server = served_thread
+    team = inproc_env.team_create("demo")
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="researcher", description="finds what the code needs", prompt="")
     tool(server, lead, "spawn_teammate", name="implementer", description="writes the code", prompt="")
     tool(server, lead, "team_task_create", subject="Survey the parsers", description="What exists?")
     tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST", blocked_by=["task-1"])
-    live_env.manage("shell", "-c", DEMO_HISTORY)
-    live_env.operator_create("op")
+    inproc_env.manage("shell", "-c", DEMO_HISTORY)
+    inproc_env.operator_create("op")
     lead_session = agents(server, lead, "running")
     lead_session.entry("turn_start", turn_id="lead-1", step=0)
     lead_session.entry("assistant_text", turn_id="lead-1", step=0, text="Handing out the next round.")
-    impl_token = live_env.manage_json("member_token", "demo", "implementer")["token"]
+    impl_token = inproc_env.manage_json("member_token", "demo", "implementer")["token"]
     impl = agents(server, impl_token, "idle")
 
     page.set_viewport_size({"width": 1280, "height": 900})

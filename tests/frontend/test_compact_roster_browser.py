@@ -3,7 +3,7 @@
 to its messages, charts and timeline, and stays open while the page re-renders it live; a
 chart is drawn only when the window holds a history to show (a short run gets the numbers).
 
-The tests share one server (shared_server), each on a team of its own."""
+Against the application served in-process (tests/support/inproc.py ``served_thread``)."""
 import re
 
 import pytest
@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 TEAMMATES = ["researcher", "planner", "implementer", "tester", "reviewer", "writer", "ops"]
 
@@ -37,8 +37,8 @@ Member.objects.filter(pk=impl.pk).update(next_seq=first + 12)
 """
 
 
-def _team_of_eight(live_env, server, name: str) -> dict:
-    team = live_env.team_create(name)
+def _team_of_eight(inproc_env, server, name: str) -> dict:
+    team = inproc_env.team_create(name)
     lead = team["lead"]["token"]
     for mate in TEAMMATES:
         tool(server, lead, "spawn_teammate", name=mate, description=f"the team's {mate}", prompt="")
@@ -51,10 +51,10 @@ def _team_of_eight(live_env, server, name: str) -> dict:
     return {"team": team, "sent": sent}
 
 
-def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(live_env, daphne_server, page):
-    server = daphne_server
-    made = _team_of_eight(live_env, server, "eight")
-    live_env.operator_create("op")
+def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(inproc_env, served_thread, page):
+    server = served_thread
+    made = _team_of_eight(inproc_env, server, "eight")
+    inproc_env.operator_create("op")
     page.set_viewport_size({"width": 1440, "height": 900})
     login(page, server, "op", "pw-op")
     open_team(page, server, "eight")
@@ -131,10 +131,10 @@ def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(l
     assert page.page_errors == []
 
 
-def test_charts_are_drawn_only_when_there_is_history_to_show(live_env, daphne_server, page):
-    server = daphne_server
-    made = _team_of_eight(live_env, server, "shortrun")
-    live_env.operator_create("op")
+def test_charts_are_drawn_only_when_there_is_history_to_show(inproc_env, served_thread, page):
+    server = served_thread
+    made = _team_of_eight(inproc_env, server, "shortrun")
+    inproc_env.operator_create("op")
     page.set_viewport_size({"width": 1440, "height": 900})
     login(page, server, "op", "pw-op")
     open_team(page, server, "shortrun")
@@ -152,7 +152,7 @@ def test_charts_are_drawn_only_when_there_is_history_to_show(live_env, daphne_se
 
     # A quarter hour of deliveries to the implementer: its lane and the team get charts; the
     # lanes without a history still do not.
-    live_env.manage("shell", "-c", HISTORY.format(team="shortrun"))
+    inproc_env.manage("shell", "-c", HISTORY.format(team="shortrun"))
     tool(server, made["team"]["lead"]["token"], "send_message", target="writer", message="ring")  # a doorbell
     expect(panel).to_have_attribute("data-history", "true")
     expect(panel.locator('svg[data-chart="msg-rate"]')).to_have_count(1)

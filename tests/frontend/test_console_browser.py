@@ -1,6 +1,6 @@
 """In Chromium, the operator console (issue 14): Needs attention, a message's trace, the team
-messages page's filters, and a team retry. The live server runs with REDELIVER_AFTER = 2 s,
-so the attention threshold is 2 s."""
+messages page's filters, and a team retry. The server (served in-process) runs with the live
+timings, REDELIVER_AFTER = 2 s, so the attention threshold is 2 s."""
 import re
 
 import httpx
@@ -9,16 +9,16 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def _setup(live_env, server, team: str, *members: str) -> dict:
-    lead = live_env.team_create(team)["lead"]["token"]
-    live_env.operator_create("op")
+def _setup(inproc_env, server, team: str, *members: str) -> dict:
+    lead = inproc_env.team_create(team)["lead"]["token"]
+    inproc_env.operator_create("op")
     tokens = {"lead": lead}
     for name in members:
         tool(server, lead, "spawn_teammate", name=name, description=f"the {name}", prompt="")
-        tokens[name] = live_env.manage_json("member_token", team, name)["token"]
+        tokens[name] = inproc_env.manage_json("member_token", team, name)["token"]
     return tokens
 
 
@@ -38,10 +38,10 @@ def _event_order(page) -> list[str]:
 
 
 def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_order(
-    live_env, daphne_server, page, agents
+    inproc_env, served_thread, page, agents
 ):
-    server = daphne_server
-    tokens = _setup(live_env, server, "stuck", "coder", "reviewer")
+    server = served_thread
+    tokens = _setup(inproc_env, server, "stuck", "coder", "reviewer")
     coder = agents(server, tokens["coder"], "idle")
     login(page, server, "op", "pw-op")
     open_team(page, server, "stuck")
@@ -106,9 +106,9 @@ def test_a_stuck_message_needs_attention_until_delivered_and_its_trace_reads_in_
     assert page.page_errors == []
 
 
-def test_filters_narrow_the_team_messages_and_survive_a_reload(live_env, daphne_server, page, agents):
-    server = daphne_server
-    tokens = _setup(live_env, server, "search", "coder", "reviewer")
+def test_filters_narrow_the_team_messages_and_survive_a_reload(inproc_env, served_thread, page, agents):
+    server = served_thread
+    tokens = _setup(inproc_env, server, "search", "coder", "reviewer")
     agents(server, tokens["coder"], "idle")  # the coder takes its messages (accepted); the reviewer has none
     wanted = tool(server, tokens["lead"], "send_message", target="reviewer", message="Review the lexer, please.")
     tool(server, tokens["lead"], "send_message", target="reviewer", message="Review the parser too.")
@@ -152,9 +152,9 @@ def test_filters_narrow_the_team_messages_and_survive_a_reload(live_env, daphne_
     assert page.page_errors == []
 
 
-def test_a_team_retry_moves_the_stuck_messages_and_says_how_many(live_env, daphne_server, page, agents):
-    server = daphne_server
-    tokens = _setup(live_env, server, "retry", "coder")
+def test_a_team_retry_moves_the_stuck_messages_and_says_how_many(inproc_env, served_thread, page, agents):
+    server = served_thread
+    tokens = _setup(inproc_env, server, "retry", "coder")
     coder = agents(server, tokens["coder"], "idle")
     sent = [tool(server, tokens["lead"], "send_message", target="coder", message=f"Task {i}.") for i in range(3)]
     for _ in sent:

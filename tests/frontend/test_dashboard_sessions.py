@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
@@ -21,6 +22,7 @@ from django.utils import timezone
 
 from accounts import sessions as account_sessions
 from frontend import consumers
+from frontend.signals import user_group
 from frontend.routing import websocket_urlpatterns
 from teams import services as team_services
 
@@ -149,9 +151,24 @@ async def test_the_periodic_recheck_closes_what_no_doorbell_announced(checks, mo
         Session.objects.filter(session_key=expired).update(expire_date=timezone.now() - timedelta(seconds=1))
         Session.objects.filter(session_key=deleted).delete()
 
+    rang: list[str] = []
+    real_ring = consumers.DashboardConsumer.session_check
+
+    async def ring_heard(socket, event):
+        rang.append(socket.session_key)
+        await real_ring(socket, event)
+
+    monkeypatch.setattr(consumers.DashboardConsumer, "session_check", ring_heard)
     await database_sync_to_async(apply)()
-    await asyncio.sleep(0.2)
-    assert checks == []  # nothing rang: the sockets are open until the recheck
+    # A ring would be in the sockets' channels before this probe (a change rings after its
+    # commit, before apply() returns), and each socket handles its channel in order.
+    layer = get_channel_layer()
+    for user_id in await database_sync_to_async(lambda: list(User.objects.values_list("pk", flat=True)))():
+        await layer.group_send(user_group(user_id), {"type": "team.changed", "kind": "probe"})
+    for socket in sockets.values():
+        while (await socket.receive_json_from(timeout=5)) != {"type": "team.changed", "kind": "probe"}:
+            pass
+    assert rang == [] and checks == []  # nothing rang: the sockets are open until the recheck
     monkeypatch.setattr(consumers, "SESSION_RECHECK_INTERVAL", 0.1)
     consumers.session_watch().recheck_now()  # the hour-long wait ends; the next ones are 0.1 s
     for name in ("deactivated", "expired", "deleted"):

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser]
 
 
 @pytest.mark.django_db(transaction=True)

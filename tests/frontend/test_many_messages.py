@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser]
 
 BULK = """
 from datetime import timedelta

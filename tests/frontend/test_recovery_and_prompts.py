@@ -4,23 +4,23 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-def _inactive_teammate(live_env, server, agents, team: str, lead: str) -> None:
+def _inactive_teammate(inproc_env, server, agents, team: str, lead: str) -> None:
     tool(server, lead, "spawn_teammate", name="reviewer", description="reviews", prompt="")
-    token = live_env.manage_json("member_token", team, "reviewer")["token"]
+    token = inproc_env.manage_json("member_token", team, "reviewer")["token"]
     agents(server, token, "idle").close()  # it ran once and left: inactive, and no host to resume it
 
 
 def test_message_to_inactive_member_without_host_waits_queued_until_a_session_connects(
-    live_env, daphne_server, page, agents
+    inproc_env, served_thread, page, agents
 ):
-    server = daphne_server
-    team = live_env.team_create("beta")
+    server = served_thread
+    team = inproc_env.team_create("beta")
     lead = team["lead"]["token"]
-    live_env.operator_create("op")
-    _inactive_teammate(live_env, server, agents, "beta", lead)
+    inproc_env.operator_create("op")
+    _inactive_teammate(inproc_env, server, agents, "beta", lead)
     login(page, server, "op", "pw-op")
     open_team(page, server, "beta")
     lane = page.locator('[data-member="reviewer"]')
@@ -42,7 +42,7 @@ def test_message_to_inactive_member_without_host_waits_queued_until_a_session_co
     screenshot(page, "inactive-1-queued")
 
     # A session connects: the message is replayed to it, and delivered once it is in the history.
-    token = live_env.manage_json("member_token", "beta", "reviewer")["token"]
+    token = inproc_env.manage_json("member_token", "beta", "reviewer")["token"]
     session = agents(server, token, "idle")
     steer = session.recv("steer")
     assert steer["message"]["id"] == sent["message_id"]
@@ -67,12 +67,12 @@ def test_message_to_inactive_member_without_host_waits_queued_until_a_session_co
 
 
 def test_operator_prompt_to_running_member_waits_queued_then_runs_as_its_own_turn(
-    live_env, daphne_server, page, agents
+    inproc_env, served_thread, page, agents
 ):
-    server = daphne_server
-    team = live_env.team_create("gamma")
+    server = served_thread
+    team = inproc_env.team_create("gamma")
     lead = team["lead"]["token"]
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     session = agents(server, lead, "idle")
     session.status("running")
     session.entry("turn_start", turn_id="work-1", step=0)

@@ -4,7 +4,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PAYLOAD = (
     "Look: <script>window.__pwned = 'script'; alert('script')</script>\n\n"
@@ -15,11 +15,11 @@ PAYLOAD = (
 )
 
 
-def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_env, daphne_server, page, agents):
-    server = daphne_server
-    team = live_env.team_create("xss")
+def test_script_onerror_and_javascript_payloads_render_inert_and_readable(inproc_env, served_thread, page, agents):
+    server = served_thread
+    team = inproc_env.team_create("xss")
     lead = team["lead"]["token"]
-    live_env.operator_create("op")
+    inproc_env.operator_create("op")
     tool(server, lead, "spawn_teammate", name="implementer", description="<b onmouseover=alert(1)>d</b>", prompt="")
     login(page, server, "op", "pw-op")
     open_team(page, server, "xss")
@@ -42,7 +42,7 @@ def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_e
     expect(preview.locator("script, img, svg, iframe, a, [onerror], [onload], [onmouseover]")).to_have_count(0)
 
     # The same text in a session's history (the timeline) is text too.
-    token = live_env.manage_json("member_token", "xss", "implementer")["token"]
+    token = inproc_env.manage_json("member_token", "xss", "implementer")["token"]
     session = agents(server, token, "idle")
     steer = session.recv("steer")
     session.entry(
@@ -73,11 +73,11 @@ def test_script_onerror_and_javascript_payloads_render_inert_and_readable(live_e
     screenshot(page, "xss-inert")
 
 
-def test_viewer_sees_no_controls_and_forged_posts_are_refused(live_env, daphne_server, page):
-    server = daphne_server
-    team = live_env.team_create("watch")
+def test_viewer_sees_no_controls_and_forged_posts_are_refused(inproc_env, served_thread, page):
+    server = served_thread
+    team = inproc_env.team_create("watch")
     lead = team["lead"]["token"]
-    live_env.operator_create("viewer", viewer=True)
+    inproc_env.operator_create("viewer", viewer=True)
     tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     sent = tool(server, lead, "send_message", target="implementer", message="waits for a session")
 
@@ -113,10 +113,10 @@ def test_viewer_sees_no_controls_and_forged_posts_are_refused(live_env, daphne_s
     assert prompts == []
 
 
-def test_operator_post_without_csrf_token_is_refused(live_env, daphne_server, page):
-    server = daphne_server
-    live_env.team_create("csrf")
-    live_env.operator_create("op")
+def test_operator_post_without_csrf_token_is_refused(inproc_env, served_thread, page):
+    server = served_thread
+    inproc_env.team_create("csrf")
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     open_team(page, server, "csrf")
     status = page.evaluate(

@@ -5,7 +5,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _update(server, token, task_id, action, **fields) -> dict:
@@ -14,10 +14,10 @@ def _update(server, token, task_id, action, **fields) -> dict:
     return tool(server, token, "team_task_update", task_id=task_id, expected_revision=revision, action=action, **fields)
 
 
-def test_blockers_show_only_while_they_block_and_ready_only_when_nothing_does(live_env, daphne_server, page):
-    server = daphne_server
-    lead = live_env.team_create("board")["lead"]["token"]
-    live_env.operator_create("op")
+def test_blockers_show_only_while_they_block_and_ready_only_when_nothing_does(inproc_env, served_thread, page):
+    server = served_thread
+    lead = inproc_env.team_create("board")["lead"]["token"]
+    inproc_env.operator_create("op")
     tool(server, lead, "team_task_create", subject="Build the parser", description="tokens and AST")
     tool(server, lead, "team_task_create", subject="Review the parser", description="Read it.", blocked_by=["task-1"])
     login(page, server, "op", "pw-op")

@@ -8,7 +8,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.shared_server]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _host_connects(server, token: str) -> bool:
@@ -19,9 +19,9 @@ def _host_connects(server, token: str) -> bool:
         return False
 
 
-def test_an_operator_creates_a_team_and_rotates_its_host_token_each_shown_once(live_env, daphne_server, page):
-    server = daphne_server
-    live_env.operator_create("op")
+def test_an_operator_creates_a_team_and_rotates_its_host_token_each_shown_once(inproc_env, served_thread, page):
+    server = served_thread
+    inproc_env.operator_create("op")
     login(page, server, "op", "pw-op")
     form = page.locator('form[data-action="team-create"]')
     form.get_by_label("New team").fill("made-here")
@@ -59,10 +59,10 @@ def test_an_operator_creates_a_team_and_rotates_its_host_token_each_shown_once(l
     assert page.page_errors == []
 
 
-def test_a_viewer_sees_no_team_or_token_forms_and_forged_posts_are_refused(live_env, daphne_server, page):
-    server = daphne_server
-    team = live_env.team_create("watched")
-    live_env.operator_create("viewer", viewer=True)
+def test_a_viewer_sees_no_team_or_token_forms_and_forged_posts_are_refused(inproc_env, served_thread, page):
+    server = served_thread
+    team = inproc_env.team_create("watched")
+    inproc_env.operator_create("viewer", viewer=True)
     login(page, server, "viewer", "pw-viewer")
     expect(page.locator('[data-team="watched"]')).to_be_visible()
     expect(page.locator('form[data-action="team-create"]')).to_have_count(0)
@@ -82,5 +82,5 @@ def test_a_viewer_sees_no_team_or_token_forms_and_forged_posts_are_refused(live_
     assert answers == [[403, "FORBIDDEN"]] * 2
     assert _host_connects(server, team["host_token"])  # nothing rotated
     names = [t["team"] for t in httpx.get(f"{server.url}/api/v1/teams",
-                                          headers={"Authorization": f"Token {live_env.operator_create('op2')['token']}"}).json()["teams"]]
+                                          headers={"Authorization": f"Token {inproc_env.operator_create('op2')['token']}"}).json()["teams"]]
     assert "forged" not in names

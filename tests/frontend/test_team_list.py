@@ -1,6 +1,6 @@
-"""The team list: a card per team whose summary follows the team live, and teams other
-processes make appear on it. Both count the teams on their server: each test has a server
-of its own (not shared_server)."""
+"""The team list: a card per team whose summary follows the team live (served in-process),
+and teams other processes make appear on it (a daphne of its own, which `manage.py
+team_create`'s process shares no channel layer with on the embedded default)."""
 import re
 
 import pytest
@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -36,6 +36,7 @@ def test_team_list_summaries_follow_statuses_and_messages_live(inproc_env, serve
     expect(page.locator('[data-member="implementer"] [data-message-id]')).to_have_attribute("data-state", "queued")
 
 
+@pytest.mark.e2e  # a daphne of its own, and manage.py's process beside it
 def test_a_team_made_by_manage_py_team_create_appears_on_an_open_team_list(live_env, daphne_server, page):
     server = daphne_server
     live_env.team_create("first")

@@ -8,7 +8,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool, ws_open
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser]
 
 
 

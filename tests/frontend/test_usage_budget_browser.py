@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+pytestmark = [pytest.mark.browser]
 
 PRICES = json.dumps({"gpt-test": {"input": 2, "output": 8, "cached": 0.5}})
 

@@ -5,12 +5,14 @@ import asyncio
 import itertools
 import json
 import threading
+import weakref
 
 import httpx
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
+from mailbox.transports import consumers
 from teams.services import member_token_create, team_create
 
 _entry_ids = itertools.count(1)
@@ -39,12 +41,70 @@ class Api:
         await self.http.aclose()
 
 
+class _Communicator(WebsocketCommunicator):
+    """Channels' communicator, counting what its consumer is to handle in order: the connect
+    and each frame (``Agent.settled`` waits for the consumer to have handled as many)."""
+
+    sent = 0
+
+    async def send_input(self, message):
+        if message["type"] in ("websocket.connect", "websocket.receive"):
+            self.sent += 1
+        await super().send_input(message)
+
+
+# The in-process clients, by the header that names each to its consumer (``_consumer_opened``).
+_CLIENT_HEADER = b"x-steerboard-test-client"
+_clients: "weakref.WeakValueDictionary[bytes, Agent]" = weakref.WeakValueDictionary()
+_client_ids = itertools.count(1)
+_PROBE = "test.settled"
+
+
+def _consumer_opened(consumer, scope) -> None:
+    """mailbox/transports/consumers.py's ``opened`` hook (installed below; None in production): an
+    in-process client's consumer is handed to it as its socket starts."""
+    client = _clients.get(dict(scope.get("headers") or []).get(_CLIENT_HEADER))
+    if client is not None:
+        client._watch(consumer)
+
+
+consumers.opened = _consumer_opened
+
+
 class Agent:
-    """One agent session on /ws/agent/, speaking the wire protocol by hand."""
+    """One agent session on /ws/agent/ (or a host on /ws/host/), speaking the wire protocol by hand."""
 
     def __init__(self, token: str, path: str = "/ws/agent/"):
-        self.comm = WebsocketCommunicator(application, path, headers=auth(token))
+        self.key = str(next(_client_ids)).encode()
+        self.comm = _Communicator(application, path, headers=[*auth(token), (_CLIENT_HEADER, self.key)])
         self.buffer: list[dict] = []
+        self.consumer = None
+        self.handled = 0  # websocket messages (the connect, frames) its consumer finished handling
+        self._handled_changed: asyncio.Event | None = None
+        self._probes: dict[int, asyncio.Future] = {}
+        _clients[self.key] = self
+
+    def _watch(self, consumer) -> None:
+        """Count what the consumer finished handling, and answer ``settled``'s probes, which
+        reach it the way its events do: its outbox (an agent's) and the channel layer."""
+        self.consumer = consumer
+        self._handled_changed = asyncio.Event()
+        handle = consumer.dispatch
+
+        async def dispatch(message):
+            if message["type"] == _PROBE:
+                probe = self._probes.pop(message["probe"], None)
+                if probe is not None and not probe.done():
+                    probe.set_result(None)
+                return
+            try:
+                await handle(message)
+            finally:
+                if message["type"] in ("websocket.connect", "websocket.receive"):
+                    self.handled += 1
+                    self._handled_changed.set()
+
+        consumer.dispatch = dispatch
 
     async def connect(self, status: str | None = "idle") -> dict | None:
         connected, _ = await self.comm.connect()
@@ -67,20 +127,90 @@ class Agent:
                 return frame
             self.buffer.append(frame)
 
-    async def nothing(self, type_: str, timeout: float = 0.3) -> bool:
-        """True when no frame of this type arrives within the timeout."""
-        if any(f["type"] == type_ for f in self.buffer):
-            return False
-        while not await self.comm.receive_nothing(timeout):
-            frame = await self.comm.receive_json_from()
-            self.buffer.append(frame)
-            if frame["type"] == type_:
-                return False
-        return True
+    def _ended(self) -> bool:
+        return self.comm.future.done()
+
+    async def settled(self, timeout: float = 10) -> None:
+        """The server has done what this client's frames and the calls before now asked of it,
+        and sent what it had for this socket: its consumer has handled the connect and every
+        frame sent, then a probe came through each way the server reaches the socket after
+        every event queued before it (its outbox, in order; the channel layer, in order per
+        channel). What it sent is read into the buffer. A push made after a commit reaches the
+        outbox before the call that made it returns (mailbox/engine/hot_path.py ``finish``), so what
+        a call would have pushed is here once this returns."""
+        if self.consumer is None:
+            raise AssertionError("this client's consumer never started (connect first)")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                while self.handled < self.comm.sent and not self._ended():
+                    self._handled_changed.clear()
+                    await self._until(asyncio.ensure_future(self._handled_changed.wait()))
+                await self._background_done(loop)
+                probes = []
+                if not self._ended():
+                    if getattr(self.consumer, "outbox", None) is not None:
+                        probe, answered = self._probe(loop)
+                        probes.append(answered)
+                        self.consumer.push({"type": _PROBE, "probe": probe})
+                    layer = self.consumer.channel_layer
+                    if layer is not None:
+                        probe, answered = self._probe(loop)
+                        probes.append(answered)
+                        await layer.send(self.consumer.channel_name, {"type": _PROBE, "probe": probe})
+                for answered in probes:
+                    await self._until(answered)
+        except TimeoutError:
+            raise AssertionError(f"the server did not settle within {timeout}s "
+                                 f"(handled {self.handled} of {self.comm.sent} messages)") from None
+        self._drain()
+
+    async def _background_done(self, loop) -> None:
+        """What the server does after an answer, on this loop, finished: the budget checks after
+        a reported usage, the doorbells being published (what these push is pushed before they
+        end). Not the session's entries waiting for their commit: a test may hold them (a lock),
+        and an entry's answers come after its ack, which the test reads first."""
+        from mailbox.engine import events, hot_path
+
+        while True:
+            pending = [t for t in (*hot_path._budget_checks, *events._in_flight) if t.get_loop() is loop]
+            pending = [t for t in pending if not t.done()]
+            if not pending:
+                return
+            await asyncio.wait(pending)
+
+    async def _until(self, future: asyncio.Future) -> None:
+        """Until ``future`` is done or the consumer has ended (a closed socket answers no probe)."""
+        try:
+            await asyncio.wait([future, self.comm.future], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not future.done():
+                future.cancel()
+
+    def _probe(self, loop) -> tuple[int, asyncio.Future]:
+        probe, answered = next(_client_ids), loop.create_future()
+        self._probes[probe] = answered
+        return probe, answered
+
+    def _drain(self) -> None:
+        """What the consumer has sent so far, into the buffer (a close stays queued for the reader)."""
+        queue = self.comm.output_queue
+        while not queue.empty():
+            message = queue.get_nowait()
+            if message["type"] != "websocket.send" or message.get("text") is None:
+                queue.put_nowait(message)
+                return
+            self.buffer.append(json.loads(message["text"]))
+
+    async def nothing(self, type_: str) -> bool:
+        """True when no frame of this type came, once the server has settled (``settled``)."""
+        await self.settled()
+        return not any(f["type"] == type_ for f in self.buffer)
 
     async def status(self, status: str) -> None:
+        """A status frame, handled (recorded, and what it dispatched pushed) when this returns."""
         await self.send({"type": "status", "status": status})
-        await asyncio.sleep(0.05)
+        await self.settled()
 
     async def integrate(self, message: dict, entry_id: str | None = None) -> dict:
         """Put a steered message into the history, as an SDK does at a step boundary."""
@@ -94,6 +224,7 @@ class Agent:
         return await self.expect("ack")
 
     async def close(self) -> None:
+        _clients.pop(self.key, None)
         await self.comm.disconnect()
 
 
@@ -255,8 +386,10 @@ class ServedThread:
 
 
 # The timings the live environments' daphne processes run with (tests/support/live.py), for
-# the application served in-process: recovery sweeps every half second, redelivers after 2 s.
-LIVE_TIMINGS = {"SWEEP_INTERVAL": 0.5, "REDELIVER_AFTER": 2.0, "HEARTBEAT_INTERVAL": 0.5, "PROCESS_TIMEOUT": 5.0}
+# the application served in-process: recovery sweeps every half second, redelivers after 2 s (and
+# the dashboard's Needs attention lists a message after as long: ATTENTION_AFTER follows it there).
+LIVE_TIMINGS = {"SWEEP_INTERVAL": 0.5, "REDELIVER_AFTER": 2.0, "ATTENTION_AFTER": 2.0, "HEARTBEAT_INTERVAL": 0.5,
+                "PROCESS_TIMEOUT": 5.0}
 
 
 async def sweeper_stop() -> None:

@@ -24,6 +24,9 @@ function promptProgress(snap) {
   const member = snap.members.find((m) => m.name === target);
   if (!member) return;
   const prompt = member.prompts.find((p) => p.id === id);
+  // A snapshot requested before the prompt was answered may have been read before it was made:
+  // its absence there says nothing.
+  if (!prompt && !(snap.requestedAt > Number(status.dataset.promptAnsweredAt))) return;
   // The snapshot lists prompts still waiting or running: one no longer there has completed.
   const state = prompt ? prompt.state : "completed";
   if (status.dataset.promptState === state) return;

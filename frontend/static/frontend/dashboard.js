@@ -564,7 +564,10 @@ function promptForm(team) {
       });
       status.textContent = `queued for ${answer.prompt.target}`;
       // The status line then follows the prompt in the snapshots (announce.js): started, completed.
-      Object.assign(status.dataset, { promptRef: answer.prompt.id, promptTarget: answer.prompt.target, promptState: "queued" });
+      Object.assign(status.dataset, {
+        promptRef: answer.prompt.id, promptTarget: answer.prompt.target, promptState: "queued",
+        promptAnsweredAt: String(performance.now()),
+      });
       form.querySelector("textarea").value = "";
     } catch (error) {
       status.textContent = `not sent: ${error.message}`;
@@ -635,7 +638,10 @@ function teamPage() {
   hostTokenForm(team);
   const refresh = coalesced(async () => {
     try {
-      renderTeam(await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`));
+      const requestedAt = performance.now();
+      const snap = await getJson(`/teams/${encodeURIComponent(team)}/snapshot.json`);
+      snap.requestedAt = requestedAt; // what announce.js may conclude from it (a prompt's absence)
+      renderTeam(snap);
       chartsChanged();
       delete body.dataset.syncError;
     } catch (error) {
