@@ -162,6 +162,11 @@ class SendJob(_writer.Job):
         self.waited = self.records_wait and bool(
             exhausted or (self.target_status in TARGET_SESSIONLESS_STATUSES and not self.has_host)
         )
+        self._answered(batch)
+
+    def _answered(self, batch) -> None:
+        """The message is stored: its answer, and what the batch writes with it at its end
+        (the send's trace context, the claimed key's answer)."""
         self.created_at = batch.now
         self.answer = self._answer()
         if self.trace is not None:
@@ -250,12 +255,7 @@ class SendJob(_writer.Job):
                     now, now, now if self.admitted else None,
                 ],
             )
-            self.created_at = batch.now
-            self.answer = self._answer()
-            if self.trace is not None:
-                batch.traced(self.message_id, *self.trace)
-            if self.key_id is not None:
-                batch.key_result(self.key_id, json.dumps(self.answer))
+            self._answered(batch)
         self._log(batch)
 
     def _log(self, batch) -> None:
