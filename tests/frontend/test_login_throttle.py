@@ -2,9 +2,6 @@
 (django-axes): after STEERBOARD_LOGIN_FAILURE_LIMIT wrong passwords in a row for one
 username from one address, that pair is locked out (429, a page that says so) for the
 cool-off, even with the right password; 100 wrong passwords cost the attacker."""
-import os
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -69,12 +66,17 @@ def test_the_lock_ends_after_the_cool_off_and_a_success_resets_the_count(user, s
     assert sign_in(other, "op", PASSWORD).status_code == 302
 
 
-def test_login_limits_refuse_what_is_not_a_positive_integer():
+def test_login_limits_refuse_what_is_not_a_positive_integer(monkeypatch):
+    """Read as a deployment's process reads them at its start (config/settings.py imported
+    afresh in this process, tests/support/settings_env.py): a limit that is not a positive
+    integer stops the start, naming the variable."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from tests.support.settings_env import settings_from_env
+
     for name in ("STEERBOARD_LOGIN_FAILURE_LIMIT", "STEERBOARD_LOGIN_COOLOFF_SECONDS"):
-        done = subprocess.run(
-            [sys.executable, "-c", "import config.test_settings"],
-            env={**os.environ, name: "-3"},
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode != 0 and name in done.stderr, (name, done.stderr[-500:])
+        with pytest.raises(ImproperlyConfigured, match=name):
+            settings_from_env(monkeypatch, **{name: "-3"}, DEBUG="1")
+        monkeypatch.delenv(name)
+    taken = settings_from_env(monkeypatch, STEERBOARD_LOGIN_FAILURE_LIMIT="3", STEERBOARD_LOGIN_COOLOFF_SECONDS="60", DEBUG="1")
+    assert taken.AXES_FAILURE_LIMIT == 3 and taken.AXES_COOLOFF_TIME.total_seconds() == 60
