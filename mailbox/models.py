@@ -273,7 +273,8 @@ class IdempotencyRecord(models.Model):
     admission). Expired rows are pruned (mailbox/engine/idempotency.py).
     """
 
-    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="idempotency_records")
+    # No index of its own: the unique constraint below starts with the member (one index fewer per keyed send).
+    member = models.ForeignKey(Member, on_delete=models.CASCADE, related_name="idempotency_records", db_index=False)
     tool = models.CharField(max_length=64)
     key = models.CharField(max_length=128)
     fingerprint = models.CharField(max_length=64)
