@@ -141,24 +141,24 @@ class ConnectedSession:
 
     def _entries(self, entries: list, *, many: bool) -> None:
         cap = quota.entries_per_request()
-        outcomes: list[tuple[str | None, str | None, "asyncio.Future | TeamError"]] = []
-        admitted, taken = [], []
+        # Each entry's outcome, in order: its job (answered by the job's future) or its refusal.
+        outcomes: list[tuple[str | None, str | None, "hot_path.EntryJob | TeamError"]] = []
+        jobs = []
         for entry in entries:
             if isinstance(entry, TeamError):
                 outcomes.append((entry.extra.get("entry_id"), None, entry))
                 continue
             try:
-                if self.entries_in_flight + len(admitted) >= cap:
-                    raise quota.too_many_entries(self.entries_in_flight + len(admitted) + 1)
+                if self.entries_in_flight + len(jobs) >= cap:
+                    raise quota.too_many_entries(self.entries_in_flight + len(jobs) + 1)
                 job = hot_path.entry_job(member=self.member, entry=entry)  # the history quota may refuse it
             except TeamError as exc:  # nothing stored; answered in its turn
                 exc.extra["entry_id"] = entry.id
                 outcomes.append((entry.id, None, exc))
                 continue
-            admitted.append(job)
-            taken.append(len(outcomes))
+            jobs.append(job)
             outcomes.append((entry.id, entry.delivers, job))
-        if not admitted:
+        if not jobs:
             frames = self._answers(outcomes, many)
             if self.writes:  # after the answers of the entries before them, as acks are ordered
                 self.refused_after.setdefault(self.writes[-1], []).extend(frames)
@@ -166,11 +166,8 @@ class ConnectedSession:
                 for frame in frames:
                     self.push(frame)
             return
-        writes = hot_path.entries_run(admitted)
-        for index, write in zip(taken, writes):
-            entry_id, message_id, _ = outcomes[index]
-            outcomes[index] = (entry_id, message_id, write)
-        done = writes[0] if len(writes) == 1 else _all_done(writes)
+        writes = hot_path.entries_run(jobs)
+        done = writes[0] if len(writes) == 1 else asyncio.gather(*writes, return_exceptions=True)
         self.writes.append(done)
         self.entries_in_flight += len(writes)
         done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many))
@@ -201,12 +198,13 @@ class ConnectedSession:
                 acks.clear()
 
         for entry_id, message_id, outcome in outcomes:
-            if not isinstance(outcome, TeamError) and outcome.cancelled():
+            write = None if isinstance(outcome, TeamError) else outcome.future
+            if write is not None and write.cancelled():
                 continue  # the socket closed under it
-            exc = outcome if isinstance(outcome, TeamError) else outcome.exception()
+            exc = outcome if write is None else write.exception()
             if exc is None:
                 self.steered.discard(message_id)
-                acks.append(hot_path.entry_ack(entry_id, outcome.result()))
+                acks.append(hot_path.entry_ack(entry_id, write.result()))
                 continue
             acks_out()
             frames.append(self._entry_refusal(entry_id, exc))
@@ -249,18 +247,3 @@ class ConnectedSession:
 
     def awaits_entries(self) -> bool:
         return bool(self.steered)
-
-
-def _all_done(writes: list[asyncio.Future]) -> asyncio.Future:
-    """A future done when every one of ``writes`` is (whatever each answered)."""
-    done = writes[0].get_loop().create_future()
-    left = [len(writes)]
-
-    def one_done(_write) -> None:
-        left[0] -= 1
-        if left[0] == 0 and not done.done():
-            done.set_result(None)
-
-    for write in writes:
-        write.add_done_callback(one_done)
-    return done

@@ -41,6 +41,7 @@ class Outbox:
         self._waiters: dict[str, asyncio.Future] = {}
         self._inflight: deque[str] = deque()  # sent on this connection, not yet answered, in order
         self._unsent: list[dict] = []  # posted, to go in the next frame
+        self._flushing: asyncio.Task | None = None
         self._lock = asyncio.Lock()
 
     def holds(self, entry_id: str | None) -> bool:
@@ -72,8 +73,8 @@ class Outbox:
             self._waiters[entry["id"]] = waiter
         self._unacked[entry["id"]] = entry
         self._unsent.append(entry)
-        if len(self._unsent) == 1:
-            asyncio.get_running_loop().create_task(self.flush())
+        if len(self._unsent) == 1:  # held here: the loop keeps only a weak reference to a task
+            self._flushing = asyncio.get_running_loop().create_task(self.flush())
         return waiter
 
     async def flush(self) -> None:
