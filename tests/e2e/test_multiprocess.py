@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.support.audit import delivery_audit, target_histories
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 from tests.support.wire_agent import WireAgent, WireHost, send_message, wait_until
 
 pytestmark = [
@@ -44,9 +44,7 @@ def module_servers(scale_env):
 @pytest.fixture
 def two_servers(module_servers):
     """The module's two daphne processes, A and B, each started again if a test killed it."""
-    for server in module_servers:
-        if server.proc is None or server.proc.poll() is not None:
-            server.start()
+    start_together(*(server for server in module_servers if server.proc is None or server.proc.poll() is not None))
     return module_servers
 
 

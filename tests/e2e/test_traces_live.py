@@ -19,7 +19,7 @@ import pytest
 from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from tests.agents.test_session_folding import until
 from tests.support.spans import sdk_in_memory_spans
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -28,9 +28,10 @@ CALLER_SPAN = "b7ad6b7169203331"
 
 
 def servers_tracing(environment: LiveEnvironment, service: str) -> DaphneProcess:
+    """A daphne that traces to its log (not started yet)."""
     return DaphneProcess(
         environment, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME=service, OTEL_BSP_SCHEDULE_DELAY="50",
-    ).start()
+    )
 
 
 def console_spans(log: str) -> list[dict]:
@@ -89,8 +90,8 @@ async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets
 ):
     environment = LiveEnvironment(tmp_path, scale_out=True)
     assert environment.scale_out, "PostgreSQL + Redis are required for two processes"
-    sender_side = servers_tracing(environment, "steerboard-a")
-    target_side = servers_tracing(environment, "steerboard-b")
+    sender_side, target_side = start_together(servers_tracing(environment, "steerboard-a"),
+                                              servers_tracing(environment, "steerboard-b"))
     session = running = None
     try:
         team = environment.team_create("traced")
@@ -179,7 +180,7 @@ async def test_a_session_without_opentelemetry_takes_traced_steers_and_carries_n
     from tests.support.live import ROOT
 
     environment = LiveEnvironment(tmp_path)
-    server = servers_tracing(environment, "steerboard")
+    server = servers_tracing(environment, "steerboard").start()
     agent = None
     try:
         team = environment.team_create("untraced")
