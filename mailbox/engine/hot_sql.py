@@ -1,6 +1,6 @@
 """The SQL of the send and deliver transitions (mailbox/engine/hot_path.py's jobs run it): its
 statements for each database vendor, the driver's own cursor it runs them on, and what
-the process's writer (mailbox/engine/writer.py) does around a batch of jobs: the batch's
+the process's writer (mailbox/plumbing/writer.py) does around a batch of jobs: the batch's
 transaction (``hot_transaction``), its pipeline (``jobs_piped``) and what the jobs leave
 for the end of the batch, in one statement each (``batch_flush``: the Lead-log records,
 the idempotency keys' results).
@@ -10,7 +10,7 @@ Every state, phase and kind in these statements is the models' own (``MessageSta
 log's builders (mailbox/engine/lead_log.py), and a prompt's start is the Queue adapter's
 statement (mailbox/engine/queue_adapter.py): nothing here is typed twice.
 
-Below the jobs and beside mailbox/engine/db.py, which is handed ``batch_flush``,
+Below the jobs and beside mailbox/plumbing/db.py, which is handed ``batch_flush``,
 ``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
 """
 import contextlib
@@ -22,12 +22,12 @@ from mailbox.engine.lead_log import (
     accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
     rows_values,
 )
-from mailbox.engine.writer import Batch
+from mailbox.plumbing.writer import Batch
 from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
     IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
 )
-from mailbox.operations import sqlcount
+from mailbox.plumbing import sqlcount
 from teams.errors import TeamError
 from teams.models import Member, Phase, SessionState, Team
 
@@ -102,7 +102,7 @@ class Statements:
         )
         # What a delivered mark answers: its seq and the latency metric's queued_at; when the
         # process traces (the ``_traced`` statements, so the others stay as they were), also
-        # what the message's deliver span is made of (mailbox/operations/tracing.py).
+        # what the message's deliver span is made of (mailbox/plumbing/tracing.py).
         traced_columns = ("accepted_at", "traceparent", "tracestate")
 
         # The condition of the partial indexes on undelivered messages (models.UNDELIVERED), as
@@ -217,7 +217,7 @@ class Statements:
         )
         # The message waits (the team's budget is used up, or its target has no session and no
         # host): the send records that as its try (attempts 1) and why (last_error, a waiting
-        # failed record), in the words admission uses (usage.exhausted_reason, filled in here,
+        # failed record), in the words admission uses (budget.exhausted_reason, filled in here,
         # or delivery.no_host_reason for the target's status, which the job passes).
         waits = (
             f"(%(records_wait)s AND (t.exhausted OR (t.status IN ({_listed(*TARGET_SESSIONLESS_STATUSES)}) "
@@ -389,7 +389,7 @@ class HotCursor:
             else:
                 self.cursor.execute(statement, params)
         except Exception:
-            self.db.errors_occurred = True  # the writer then closes this connection (mailbox/engine/db.py)
+            self.db.errors_occurred = True  # the writer then closes this connection (mailbox/plumbing/db.py)
             raise
 
     def fetchone(self):
@@ -410,7 +410,7 @@ def hot_transaction(batch: Batch):
     on-commit bookkeeping, autocommit switching) would add its cost and nothing
     else. Django's connection stays in autocommit between batches, as outside
     any atomic block; a failure rolls back, and marks the connection so the
-    writer closes it if it is broken (mailbox/engine/db.py)."""
+    writer closes it if it is broken (mailbox/plumbing/db.py)."""
     db = batch.db
     db.ensure_connection()
     raw = db.connection
