@@ -165,6 +165,16 @@ def served_thread(transactional_db, settings):
     server.stop()
 
 
+@pytest.fixture
+def own_database(tmp_path, monkeypatch):
+    """``(environment, server, pg)``: one daphne on a PostgreSQL cluster and a redis-server of the
+    test's own, which the test may stop (tests/support/live.py ``own_database``)."""
+    from tests.support.live import own_database
+
+    with own_database(tmp_path, monkeypatch) as running:
+        yield running
+
+
 def _shared(request) -> bool:
     return request.node.get_closest_marker("shared_server") is not None
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import websockets
 
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.support import live
+from tests.support.live import postgres_run_only
 from tests.support.wire_agent import wait_until
 
 pytestmark = [
@@ -31,19 +31,10 @@ pytestmark = [
 
 @pytest.fixture
 def own_database(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
     # Recovery's redelivery and reaping kept out of the way: what ends the ghosts is the
     # process's own reconcile, not a sweep that would push again or reap.
-    environment = LiveEnvironment(tmp_path, scale_out=True, STEERBOARD_REDELIVER_AFTER="60")
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
+    with live.own_database(tmp_path, monkeypatch, STEERBOARD_REDELIVER_AFTER="60") as running:
+        yield running
 
 
 async def _open(server, path: str, token: str, hello: bool):

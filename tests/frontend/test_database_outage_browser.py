@@ -10,8 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.frontend.conftest import login, open_team, screenshot, tool
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.support.live import postgres_run_only
 
 pytestmark = [
     pytest.mark.e2e,
@@ -19,21 +18,6 @@ pytestmark = [
     pytest.mark.slow,
     postgres_run_only("stops a PostgreSQL cluster of its own"),
 ]
-
-
-@pytest.fixture
-def own_database(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
-    environment = LiveEnvironment(tmp_path, scale_out=True)
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
 
 
 def test_the_dashboard_says_when_the_server_cannot_reach_its_database(own_database, page):
