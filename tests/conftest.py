@@ -133,6 +133,16 @@ def module_daphne_server(module_live_env):
 
 
 @pytest.fixture
+async def api():
+    """REST through httpx's ASGI transport to the application, in this process (tests/support/inproc.py ``Api``)."""
+    from tests.support.inproc import Api
+
+    client = Api()
+    yield client
+    await client.close()
+
+
+@pytest.fixture
 def inproc_env(transactional_db, tmp_path):
     """The test database, asked as a live environment is (tests/support/inproc.py)."""
     from tests.support.inproc import InProcessEnvironment

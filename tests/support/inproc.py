@@ -238,6 +238,24 @@ def team_new(name: str = "alpha") -> dict:
 
 
 @database_sync_to_async
+def operator_token(name: str = "ops", operator: bool = True) -> str:
+    """A new dashboard user's REST token: an operator's, or a viewer's (``operator=False``)."""
+    from django.contrib.auth.models import Group, User
+
+    from accounts.tokens import operator_token_create
+
+    user = User.objects.create_user(name, password="pw")
+    if operator:
+        user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    return operator_token_create(user=user)
+
+
+async def person(name: str, operator: bool = True) -> dict:
+    """A new dashboard user's ``Authorization`` header for the operator REST API."""
+    return {"Authorization": f"Token {await operator_token(name, operator)}"}
+
+
+@database_sync_to_async
 def token_for(team: str, member: str) -> str:
     from teams.models import Member
 
