@@ -14,6 +14,7 @@ Below the jobs and beside mailbox/plumbing/db.py, which is handed ``batch_flush`
 ``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
 """
 import contextlib
+import weakref
 
 from django.db import connection
 
@@ -27,7 +28,7 @@ from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
     IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
 )
-from mailbox.plumbing import sqlcount
+from mailbox.plumbing import runtime, sqlcount
 from teams.errors import TeamError
 from teams.models import Member, Phase, SessionState, Team
 
@@ -360,6 +361,42 @@ def _prepared_statements_on(raw) -> None:
         raw.prepare_threshold = 5
 
 
+# A prepared statement's plan is made for the tables as they were. After five runs
+# PostgreSQL keeps a generic plan, costed with the statistics it has then; on a new
+# database those describe empty tables, where every index of a table looks as cheap as
+# another, and the plan kept can walk a target's whole mailbox to find one message by its
+# id (``(target_id, seq)`` chosen over the primary key: 400 buffer hits a delivered entry
+# after 20 000 messages, and growing with them, until autovacuum's next ANALYZE made the
+# plans again). So the writer's connection forgets its prepared statements each time the
+# jobs it ran have doubled since the last time (from ``REPLAN_FIRST``): the next runs are
+# planned for the tables as they are now. Cheap (a dozen statements planned again, at
+# most about twenty times in a connection's first billion jobs).
+REPLAN_FIRST = 1000
+_jobs_run: "weakref.WeakKeyDictionary[object, list[int]]" = weakref.WeakKeyDictionary()
+
+
+@runtime.on_reset
+def _jobs_forgotten() -> None:
+    _jobs_run.clear()
+
+
+def _jobs_counted(raw, jobs: int) -> None:
+    counted = _jobs_run.setdefault(raw, [0, REPLAN_FIRST])
+    counted[0] += jobs
+
+
+def _plans_renewed(raw) -> bool:
+    """Between batches (no pipeline, no transaction: psycopg sees the command and forgets
+    its own names too): the connection's prepared statements deallocated once its jobs have
+    doubled. Answers whether it did."""
+    counted = _jobs_run.get(raw)
+    if counted is None or counted[0] < counted[1]:
+        return False
+    raw.execute("DEALLOCATE ALL")
+    counted[1] = 2 * counted[0]
+    return True
+
+
 class HotCursor:
     """The driver's own cursor on Django's connection (inside the caller's transaction),
     without Django's cursor wrappers: on PostgreSQL it binds parameters on the
@@ -416,6 +453,7 @@ def hot_transaction(batch: Batch):
     raw = db.connection
     try:
         if db.vendor == "postgresql":
+            _plans_renewed(raw)
             # BEGIN goes out with the batch's statements, COMMIT on its own:
             # two round trips a batch, whatever its size.
             with raw.pipeline():
@@ -450,6 +488,7 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
     batch.db.ensure_connection()
     raw = batch.db.connection
     _prepared_statements_on(raw)
+    _jobs_counted(raw, len(piped))
     counting = sqlcount.installed()
     cursors = []
     try:
