@@ -2,8 +2,8 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox.engine import db
-from mailbox.operations import runtime
+from mailbox.plumbing import db
+from mailbox.plumbing import runtime
 
 # Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
 pytest_plugins = ["tests.support.process_count", "pytester"]
@@ -12,7 +12,7 @@ pytest_plugins = ["tests.support.process_count", "pytester"]
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
     """Each test starts in a process as if it had just started, and leaves it so
-    (mailbox/operations/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
+    (mailbox/plumbing/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
     to be registered afresh in the test's database."""
     runtime.reset()
     yield
@@ -25,14 +25,14 @@ def clock(monkeypatch):
 
     time-machine stops the wall clock (``time.time()``, ``timezone.now()``: what the
     database's timestamps, django-axes' cool-off and the sweeper's deadlines read), and
-    the quota buckets (mailbox/transports/quota.py) are handed that clock in place of
+    the quota buckets (mailbox/plumbing/quota.py) are handed that clock in place of
     ``time.monotonic``, which time-machine leaves alone: the event loop's own timers
     (``loop.time()``) keep running, so the test's awaits and timeouts work as ever."""
     import time
 
     import time_machine
 
-    from mailbox.transports import quota
+    from mailbox.plumbing import quota
 
     with time_machine.travel(time.time(), tick=False) as traveller:
         for buckets in (quota.history, quota.requests):
@@ -43,7 +43,7 @@ def clock(monkeypatch):
 @pytest.fixture(autouse=True)
 def _close_worker_connections():
     """Async code reaches the database from worker threads, each with a connection of
-    its own: the process's database threads (mailbox/engine/db.py) and asgiref's shared
+    its own: the process's database threads (mailbox/plumbing/db.py) and asgiref's shared
     thread (channels' database_sync_to_async in tests and the auth middleware).
     Close them, each on its own thread, so the test database can be dropped."""
     yield
@@ -133,6 +133,16 @@ def module_daphne_server(module_live_env):
 
 
 @pytest.fixture
+async def api():
+    """REST through httpx's ASGI transport to the application, in this process (tests/support/inproc.py ``Api``)."""
+    from tests.support.inproc import Api
+
+    client = Api()
+    yield client
+    await client.close()
+
+
+@pytest.fixture
 def inproc_env(transactional_db, tmp_path):
     """The test database, asked as a live environment is (tests/support/inproc.py)."""
     from tests.support.inproc import InProcessEnvironment
@@ -163,6 +173,16 @@ def served_thread(transactional_db, settings):
     server = ServedThread().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def own_database(tmp_path, monkeypatch):
+    """``(environment, server, pg)``: one daphne on a PostgreSQL cluster and a redis-server of the
+    test's own, which the test may stop (tests/support/live.py ``own_database``)."""
+    from tests.support.live import own_database
+
+    with own_database(tmp_path, monkeypatch) as running:
+        yield running
 
 
 def _shared(request) -> bool:

@@ -1,23 +1,13 @@
 """Operator REST for the console (issue 14): message filters, one message's trace, team retry."""
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
 
-from accounts.tokens import operator_token_create
 from mailbox.models import LeadLogRecord, LogKind, TeamMessage
 from mailbox.operations import recovery
 from teams.models import Member, Phase
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, person, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> dict:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 @database_sync_to_async
@@ -123,7 +113,7 @@ async def test_the_trace_lists_every_lead_log_event_in_order_with_the_delivering
 
 
 async def test_a_failed_admission_counts_and_its_error_clears_once_the_message_moves_on(api):
-    from mailbox.engine import faults
+    from mailbox.plumbing import faults
 
     team = await team_new()
     coder = await spawn(api, team["lead"], "alpha", "coder")

@@ -1,4 +1,4 @@
-"""Revocation reaches the agent websockets already open (mailbox/transports/auth.py, issue 26 item 1),
+"""Revocation reaches the agent websockets already open (mailbox/plumbing/auth.py, issue 26 item 1),
 and one token holds a bounded number of websockets (item 5).
 
 A socket is authenticated at its handshake; before, a token revoked or a member retired
@@ -17,22 +17,12 @@ import time
 import pytest
 from channels.db import database_sync_to_async
 
-from accounts.tokens import operator_token_create
 from mailbox.models import TeamMessage
 from teams.models import Member, Task
 from teams.tokens import member_tokens_delete
-from tests.support.inproc import Agent, spawn, team_new, token_for
+from tests.support.inproc import Agent, person, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def _operator() -> dict:
-    from django.contrib.auth.models import Group, User
-
-    user = User.objects.create_user("op", password="x" * 20)
-    user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 @database_sync_to_async
@@ -76,7 +66,7 @@ async def test_a_rest_revoke_closes_every_socket_of_the_members_tokens_at_once(a
     lead = Agent(team["lead"])
     await lead.connect("idle")
 
-    response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=await _operator())
+    response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=await person("op"))
     assert response.status_code == 200 and response.json()["revoked"] == 2
 
     for agent in (current, older, other_token):
@@ -171,7 +161,7 @@ async def test_retiring_closes_every_socket_of_the_member_and_their_frames_store
     await other.connect("idle")  # an older session...
     await session.connect("idle")  # ...superseded by this one, the member's recorded session
 
-    response = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=await _operator())
+    response = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=await person("op"))
     assert response.status_code == 200, response.text
     # What the older socket tries right after: nothing of it is done.
     await other.send({"type": "tool", "id": "t", "name": "team_task_create", "arguments": {"subject": "as retired"}})
@@ -218,7 +208,7 @@ async def test_a_token_holds_at_most_max_sockets_per_token_per_process(api, sett
 async def test_the_first_read_checks_every_held_token_so_nothing_before_it_is_missed(api, settings, monkeypatch):
     """A process's first read of the revokes (and the first after one failed) cannot know
     what it missed: it checks every token it holds a websocket of, in one query."""
-    from mailbox.transports import auth
+    from mailbox.plumbing import auth
     from teams.models import MemberToken
 
     settings.STEERBOARD = {**settings.STEERBOARD, "TOKEN_CACHE_SECONDS": 1.0}
