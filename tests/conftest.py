@@ -9,6 +9,25 @@ from mailbox.plumbing import runtime
 pytest_plugins = ["tests.support.process_count", "pytester"]
 
 
+def pytest_configure(config):
+    """The controller of a pytest-xdist run picks the run's id itself (its workers have it as
+    PYTEST_XDIST_TESTRUNUID), so that at the end it removes what they shared for the run
+    (tests/support/run_shared.py: the migrated templates)."""
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist") \
+            and getattr(config.option, "testrunuid", "unset") is None:
+        import uuid
+
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_unconfigure(config):
+    run_id = getattr(config.option, "testrunuid", None)
+    if not hasattr(config, "workerinput") and run_id:
+        from tests.support import run_shared
+
+        run_shared.remove(run_id)
+
+
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
     """Each test starts in a process as if it had just started, and leaves it so

@@ -75,8 +75,28 @@ def test_a_deployment_without_secret_key_gets_one_line_and_a_failed_exit(tmp_pat
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("manage.py: SECRET_KEY is not set.")
     assert not (tmp_path / "secret-key").exists()
-    # With DEBUG on, development goes on with a development key.
-    assert _manage("check", DEBUG="1", DATABASE_URL="postgres://nobody@127.0.0.1:1/nothing").returncode == 0
+
+
+def test_with_debug_on_a_deployment_without_secret_key_goes_on_with_a_development_key(monkeypatch, tmp_path):
+    """What ``DEBUG=1 DATABASE_URL=... manage.py check`` does before Django starts, in this
+    process: manage.py generates nothing, and config/settings.py, read afresh, starts with a key."""
+    for name in ("SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(sys, "argv", ["manage.py", "check"])
+    env = {"DEBUG": "1", "DATABASE_URL": "postgres://nobody@127.0.0.1:1/nothing", "STEERBOARD_VAR_DIR": str(tmp_path)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    spec = importlib.util.spec_from_file_location("manage_py", ROOT / "manage.py")
+    manage_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(manage_py)
+    manage_py._local_secret_key()
+    assert "SECRET_KEY" not in os.environ and not (tmp_path / "secret-key").exists()
+    development = settings_from_env(monkeypatch, **env)
+    assert development.DEBUG is True and "development-only" in development.SECRET_KEY
+    # Without DEBUG the same settings refuse to start (the command's one line above says so).
+    with pytest.raises(ImproperlyConfigured, match="SECRET_KEY is not set"):
+        settings_from_env(monkeypatch, DATABASE_URL=env["DATABASE_URL"], STEERBOARD_VAR_DIR=str(tmp_path))
 
 
 def test_the_server_refuses_to_start_without_secret_key(tmp_path):

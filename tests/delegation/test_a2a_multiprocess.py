@@ -17,7 +17,7 @@ from tests.delegation.support import (
     task_of,
 )
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,8 +36,7 @@ def scale_env(tmp_path):
 
 
 async def test_a_task_started_through_a_completes_while_its_client_streams_from_b(scale_env):
-    a = DaphneProcess(scale_env).start()
-    b = DaphneProcess(scale_env).start()
+    a, b = start_together(DaphneProcess(scale_env), DaphneProcess(scale_env))
     team = Team(scale_env, a, "across")
     try:
         team.start_host("echo")  # the host and the worker's session are on A

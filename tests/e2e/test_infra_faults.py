@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from tests.support.audit import delivery_audit, target_histories
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 from tests.support.outage_run import StreamResult, recovery_seconds, stream
 from tests.support.services import PrivatePostgres, PrivateRedis
 from tests.support.wire_agent import WireAgent, spawn_with_tokens, wait_until
@@ -58,8 +58,7 @@ def cluster(services, tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", pg.url)
     monkeypatch.setenv("REDIS_URL", redis.url)
     environment = LiveEnvironment(tmp_path, scale_out=True, STEERBOARD_REDELIVER_AFTER="60", LOG_LEVEL="INFO")
-    a = DaphneProcess(environment).start()
-    b = DaphneProcess(environment).start()
+    a, b = start_together(DaphneProcess(environment), DaphneProcess(environment))
     yield environment, a, b, pg, redis
     a.stop()
     b.stop()

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.support.audit import delivery_audit, target_histories
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 from tests.support.wire_agent import WireAgent, WireHost, send_message, spawn_with_tokens, wait_until
 
 pytestmark = [
@@ -18,28 +18,51 @@ pytestmark = [
     pytest.mark.timeout(240),
     # On PostgreSQL + Redis whatever the run is on: the embedded run would only repeat them.
     postgres_run_only("several processes on PostgreSQL + Redis"),
+    # One environment and one pair of daphne processes for the module, each test on a team of
+    # its own (its reads of the database scoped to it); a test that kills A leaves it to the
+    # next test's two_servers to start again (tests/conftest.py keeps the module on one worker).
+    pytest.mark.shared_server,
 ]
 
 
-@pytest.fixture
-def scale_env(tmp_path):
-    environment = LiveEnvironment(tmp_path, scale_out=True)
+@pytest.fixture(scope="module")
+def scale_env(tmp_path_factory):
+    environment = LiveEnvironment(tmp_path_factory.mktemp("scale"), scale_out=True)
     assert environment.scale_out, "PostgreSQL + Redis are required for the multi-process tests"
     yield environment
     environment.close()
 
 
+@pytest.fixture(scope="module")
+def module_servers(scale_env):
+    servers = DaphneProcess(scale_env), DaphneProcess(scale_env)
+    yield servers
+    for server in servers:
+        server.stop()
+
+
 @pytest.fixture
-def two_servers(scale_env):
-    a = DaphneProcess(scale_env).start()
-    b = DaphneProcess(scale_env).start()
-    yield a, b
-    a.stop()
-    b.stop()
+def two_servers(module_servers):
+    """The module's two daphne processes, A and B, each started again if a test killed it."""
+    start_together(*(server for server in module_servers if server.proc is None or server.proc.poll() is not None))
+    return module_servers
 
 
-def member_ids(environment) -> dict[str, int]:
-    return {name: pk for pk, name in environment.query("SELECT id, name FROM teams_member")}
+def member_ids(environment, team: str) -> dict[str, int]:
+    return {name: pk for pk, name in environment.query(
+        f"SELECT s.id, s.name FROM teams_member s JOIN teams_team t ON t.id = s.team_id WHERE t.name = '{team}'")}
+
+
+def session_state(environment, team: str, member: str) -> list[tuple]:
+    return environment.query(
+        "SELECT s.session_state FROM teams_member s JOIN teams_team t ON t.id = s.team_id "
+        f"WHERE t.name = '{team}' AND s.name = '{member}'")
+
+
+def hosts(environment, team: str) -> list[tuple]:
+    return environment.query(
+        "SELECT COUNT(*) FROM mailbox_hostpresence h JOIN teams_team t ON t.id = h.team_id "
+        f"WHERE t.name = '{team}'")
 
 
 async def stream(client, server, lead: str, targets: list[str], count: int, sent: dict[str, list[str]], start: int = 0):
@@ -55,10 +78,10 @@ async def stream(client, server, lead: str, targets: list[str], count: int, sent
 
 async def test_sessions_on_a_receive_in_order_what_is_sent_through_b(scale_env, two_servers):
     a, b = two_servers
-    team = scale_env.team_create("mp")
+    team = scale_env.team_create("inorder")
     lead = team["lead"]["token"]
     names = ["alpha", "beta", "gamma"]
-    tokens = spawn_with_tokens(scale_env, b, lead, "mp", names)
+    tokens = spawn_with_tokens(scale_env, b, lead, "inorder", names)
     agents = {n: WireAgent(n, tokens[n], [a.ws_url]).start() for n in names}
     try:
         await wait_until(lambda: all(x.welcomed.is_set() for x in agents.values()), timeout=30, what="hello on A")
@@ -76,26 +99,26 @@ async def test_sessions_on_a_receive_in_order_what_is_sent_through_b(scale_env, 
     finally:
         for agent in agents.values():
             await agent.stop()
-    audit = delivery_audit(scale_env)
+    audit = delivery_audit(scale_env, "inorder")
     assert audit.ok, audit.details()
     assert audit.delivered == 75
 
 
 async def test_a_host_on_b_cold_resumes_a_member_whose_message_was_sent_through_a(scale_env, two_servers):
     a, b = two_servers
-    team = scale_env.team_create("mp")
+    team = scale_env.team_create("coldresume")
     lead = team["lead"]["token"]
     host = WireHost(team["host_token"], b.ws_url).start()
     try:
         await asyncio.wait_for(host.connected.wait(), 10)
         # Provisioning goes through the host on B too; the session it starts says hello on B.
-        spawn_with_tokens(scale_env, a, lead, "mp", ["worker"])
+        spawn_with_tokens(scale_env, a, lead, "coldresume", ["worker"])
         await wait_until(lambda: "worker" in host.agents and host.agents["worker"].welcomed.is_set(), timeout=30,
                          what="worker provisioned")
         # The session ends: the member is inactive.
         await host.agents["worker"].stop()
         await wait_until(
-            lambda: scale_env.query("SELECT session_state FROM teams_member WHERE name = 'worker'") == [("inactive",)],
+            lambda: session_state(scale_env, "coldresume", "worker") == [("inactive",)],
             timeout=15,
             what="worker inactive",
         )
@@ -108,17 +131,17 @@ async def test_a_host_on_b_cold_resumes_a_member_whose_message_was_sent_through_
         assert [s["reason"] for s in host.starts][:1] == ["provision"]
     finally:
         await host.stop()
-    audit = delivery_audit(scale_env)
+    audit = delivery_audit(scale_env, "coldresume")
     assert audit.ok, audit.details()
     assert audit.delivered == 1
 
 
 async def test_kill_9_of_one_process_mid_stream_loses_nothing_and_duplicates_nothing(scale_env, two_servers):
     a, b = two_servers
-    team = scale_env.team_create("mp")
+    team = scale_env.team_create("kill9")
     lead = team["lead"]["token"]
     names = ["n1", "n2", "n3", "n4"]
-    tokens = spawn_with_tokens(scale_env, b, lead, "mp", names)
+    tokens = spawn_with_tokens(scale_env, b, lead, "kill9", names)
     # Sessions start on A and fail over to B.
     agents = {n: WireAgent(n, tokens[n], [a.ws_url, b.ws_url]).start() for n in names}
     sent = {n: [] for n in names}
@@ -141,11 +164,11 @@ async def test_kill_9_of_one_process_mid_stream_loses_nothing_and_duplicates_not
     finally:
         for agent in agents.values():
             await agent.stop()
-    audit = delivery_audit(scale_env)
+    audit = delivery_audit(scale_env, "kill9")
     assert audit.ok, audit.details()
     assert audit.delivered == 200
-    histories = target_histories(scale_env)
-    ids = member_ids(scale_env)
+    histories = target_histories(scale_env, "kill9")
+    ids = member_ids(scale_env, "kill9")
     for n in names:
         assert histories[ids[n]] == sent[n]
 
@@ -155,23 +178,23 @@ async def test_a_member_left_running_by_a_killed_process_is_resumed_by_a_live_ho
     and a dead host row says a host is connected. Recovery reaps both, and the
     host that is alive (on B) cold-resumes the member."""
     a, b = two_servers
-    team = scale_env.team_create("mp")
+    team = scale_env.team_create("leftrunning")
     lead = team["lead"]["token"]
-    tokens = spawn_with_tokens(scale_env, b, lead, "mp", ["solo"])
+    tokens = spawn_with_tokens(scale_env, b, lead, "leftrunning", ["solo"])
     doomed_host = WireHost(team["host_token"], a.ws_url, autostart=False).start()
     agent = WireAgent("solo", tokens["solo"], [a.ws_url], status="running").start()
     try:
         await asyncio.wait_for(doomed_host.connected.wait(), 10)
         await wait_until(lambda: agent.welcomed.is_set(), timeout=30, what="hello on A")
         # The socket opens before A records the host (host_arrived runs after accept).
-        await wait_until(lambda: scale_env.query("SELECT COUNT(*) FROM mailbox_hostpresence") == [(1,)],
+        await wait_until(lambda: hosts(scale_env, "leftrunning") == [(1,)],
                          timeout=30, what="A recorded the host")
         a.kill()
         await agent.stop()  # the agent went down with its machine: nobody reconnects
         await doomed_host.stop()
         # Right after the kill the database still believes in both.
-        assert scale_env.query("SELECT session_state FROM teams_member WHERE name = 'solo'") == [("running",)]
-        assert scale_env.query("SELECT COUNT(*) FROM mailbox_hostpresence") == [(1,)]
+        assert session_state(scale_env, "leftrunning", "solo") == [("running",)]
+        assert hosts(scale_env, "leftrunning") == [(1,)]
         async with httpx.AsyncClient(timeout=30) as client:
             result = await send_message(client, b.url, lead, "solo", "are you there?")
         live_host = WireHost(team["host_token"], b.ws_url).start()
@@ -182,11 +205,10 @@ async def test_a_member_left_running_by_a_killed_process_is_resumed_by_a_live_ho
             await wait_until(lambda: result["message_id"] in resumed.integrated and resumed.settled, timeout=30,
                              what="the message integrated after cold-resume")
             assert [s["reason"] for s in live_host.starts] == ["resume"]
-            hosts = scale_env.query("SELECT COUNT(*) FROM mailbox_hostpresence")
-            assert hosts == [(1,)]  # only the live one
+            assert hosts(scale_env, "leftrunning") == [(1,)]  # only the live one
         finally:
             await live_host.stop()
     finally:
         await agent.stop()
-    audit = delivery_audit(scale_env)
+    audit = delivery_audit(scale_env, "leftrunning")
     assert audit.ok, audit.details()

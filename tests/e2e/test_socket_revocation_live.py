@@ -10,7 +10,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 from tests.support.wire_agent import socket_open, spawn, wait_until
 
 # The first two share one daphne and its environment (tests/conftest.py), each on a team of its own.
@@ -105,8 +105,7 @@ async def test_retiring_by_command_closes_every_socket_of_the_member(live_env, d
 @postgres_run_only("several processes on PostgreSQL + Redis")
 async def test_a_rest_revoke_on_one_process_closes_the_socket_held_by_another(tmp_path):
     environment = LiveEnvironment(tmp_path, scale_out=True)
-    a = DaphneProcess(environment).start()
-    b = DaphneProcess(environment).start()
+    a, b = start_together(DaphneProcess(environment), DaphneProcess(environment))
     try:
         team = environment.team_create("mp")
         lead = team["lead"]["token"]

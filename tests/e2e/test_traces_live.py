@@ -3,10 +3,12 @@ history entry (issue 29 item 2; docs/operations.md, "Traces"), on real daphne pr
 
 The servers trace as an operator would ask them to (``OTEL_TRACES_EXPORTER=console``: each
 span as JSON on the process's standard output, which is its log here); the target's session
-is the SDK's ``AgentSession`` in this process, tracing into an in-memory exporter. On the
-PostgreSQL run the sender calls one daphne and the target's session is connected to another
-(PostgreSQL + Redis), so the trace crosses processes twice; on the embedded run one daphne
-holds both. The test reads the spans of all three and follows the parents.
+is the SDK's ``AgentSession`` in this process, tracing into an in-memory exporter. The sender
+calls one daphne and the target's session is connected to another (PostgreSQL + Redis, in
+the PostgreSQL run), so the trace crosses processes twice; the test reads the spans of all
+three and follows the parents. (One server's side of it, in-process on either backend:
+tests/agents/test_tracing.py.) The SDK's command line without the opentelemetry packages
+runs on one daphne, on either backend.
 """
 import asyncio
 import json
@@ -17,7 +19,7 @@ import pytest
 from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from tests.agents.test_session_folding import until
 from tests.support.spans import sdk_in_memory_spans
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -26,9 +28,10 @@ CALLER_SPAN = "b7ad6b7169203331"
 
 
 def servers_tracing(environment: LiveEnvironment, service: str) -> DaphneProcess:
+    """A daphne that traces to its log (not started yet)."""
     return DaphneProcess(
         environment, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME=service, OTEL_BSP_SCHEDULE_DELAY="50",
-    ).start()
+    )
 
 
 def console_spans(log: str) -> list[dict]:
@@ -81,12 +84,14 @@ def sdk_spans():
         yield exporter
 
 
+@postgres_run_only("several processes on PostgreSQL + Redis")
 async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets_turn_to_its_history(
     tmp_path, sdk_spans
 ):
-    environment = LiveEnvironment(tmp_path)
-    sender_side = servers_tracing(environment, "steerboard-a")
-    target_side = servers_tracing(environment, "steerboard-b") if environment.scale_out else sender_side
+    environment = LiveEnvironment(tmp_path, scale_out=True)
+    assert environment.scale_out, "PostgreSQL + Redis are required for two processes"
+    sender_side, target_side = start_together(servers_tracing(environment, "steerboard-a"),
+                                              servers_tracing(environment, "steerboard-b"))
     session = running = None
     try:
         team = environment.team_create("traced")
@@ -137,8 +142,7 @@ async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets
         assert ids(deliver)[0] == TRACE_ID and ids(deliver)[2] == ids(send)[1]
         assert [e["name"] for e in deliver["events"]] == ["queued", "accepted", "pushed", "delivered"]
         assert deliver["attributes"]["messaging.message.id"] == message_id
-        assert deliver["resource"]["attributes"]["service.name"] == (
-            "steerboard-b" if environment.scale_out else "steerboard-a")
+        assert deliver["resource"]["attributes"]["service.name"] == "steerboard-b"
 
         # The target's session: its turn continues the send's trace (the steer frame carried it),
         # and its tool call carries the trace to the server, whose span of the call is its child.
@@ -156,8 +160,7 @@ async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets
             await session.stop()
             await asyncio.gather(running, return_exceptions=True)
         sender_side.stop()
-        if target_side is not sender_side:
-            target_side.stop()
+        target_side.stop()
         environment.close()
 
 
@@ -177,7 +180,7 @@ async def test_a_session_without_opentelemetry_takes_traced_steers_and_carries_n
     from tests.support.live import ROOT
 
     environment = LiveEnvironment(tmp_path)
-    server = servers_tracing(environment, "steerboard")
+    server = servers_tracing(environment, "steerboard").start()
     agent = None
     try:
         team = environment.team_create("untraced")

@@ -17,7 +17,7 @@ import pytest
 import websockets
 
 from frontend.consumers import SESSION_RECHECK_INTERVAL
-from tests.support.live import DaphneProcess, LiveEnvironment
+from tests.support.live import DaphneProcess, LiveEnvironment, start_together
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 @pytest.fixture
 def cluster(tmp_path):
     environment = LiveEnvironment(tmp_path)
-    servers = [DaphneProcess(environment).start() for _ in range(2 if environment.scale_out else 1)]
+    servers = start_together(*(DaphneProcess(environment) for _ in range(2 if environment.scale_out else 1)))
     yield environment, servers
     for server in servers:
         server.stop()

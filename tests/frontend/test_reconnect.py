@@ -3,14 +3,15 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
-from tests.support.live import DaphneProcess
+from tests.support.live import DaphneProcess, start_together
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
 
 
 def test_page_catches_up_with_what_happened_while_its_server_was_down(live_env, page, agents):
-    first = back = DaphneProcess(live_env).start()
-    other = DaphneProcess(live_env).start()  # same database; the team keeps working through it
+    # The page's server, and another on the same database: the team keeps working through it.
+    first, other = start_together(DaphneProcess(live_env), DaphneProcess(live_env))
+    back = first
     try:
         team = live_env.team_create("delta")
         lead = team["lead"]["token"]

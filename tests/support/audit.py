@@ -56,10 +56,26 @@ class Audit:
         return "\n".join(parts)
 
 
-def delivery_audit(environment) -> Audit:
-    messages = environment.query("SELECT id, target_id, seq, state FROM mailbox_teammessage")
+def _team_members(team: str | None) -> str:
+    """SQL: the ids of the team's members (every member's when ``team`` is None)."""
+    if team is None:
+        return "SELECT id FROM teams_member"
+    assert "'" not in team
+    return f"SELECT s.id FROM teams_member s JOIN teams_team t ON t.id = s.team_id WHERE t.name = '{team}'"
+
+
+def delivery_audit(environment, team: str | None = None) -> Audit:
+    """The audit of every message in the environment, or of the messages to ``team``'s members
+    (for tests that share one environment, each with a team of its own)."""
+    members = _team_members(team)
+    messages = environment.query(
+        f"SELECT id, target_id, seq, state FROM mailbox_teammessage WHERE target_id IN ({members})")
+    # Every entry carrying a message, whichever history: one in the wrong history is found as foreign.
     entries = environment.query(
-        "SELECT id, member_id, message_id FROM mailbox_historyentry WHERE message_id IS NOT NULL ORDER BY id"
+        "SELECT id, member_id, message_id FROM mailbox_historyentry WHERE message_id IS NOT NULL"
+        + ("" if team is None else f" AND (member_id IN ({members}) OR message_id IN "
+           f"(SELECT id FROM mailbox_teammessage WHERE target_id IN ({members})))")
+        + " ORDER BY id"
     )
     delivered = environment.query(
         "SELECT message_id, COUNT(*) FROM mailbox_leadlogrecord "
@@ -96,10 +112,12 @@ def delivery_audit(environment) -> Audit:
     return audit
 
 
-def target_histories(environment) -> dict[int, list[str]]:
-    """target id -> the team messages in its history, in history order."""
+def target_histories(environment, team: str | None = None) -> dict[int, list[str]]:
+    """target id -> the team messages in its history, in history order (``team``'s members only, if named)."""
     rows = environment.query(
-        "SELECT member_id, message_id FROM mailbox_historyentry WHERE message_id IS NOT NULL ORDER BY id"
+        "SELECT member_id, message_id FROM mailbox_historyentry WHERE message_id IS NOT NULL"
+        + ("" if team is None else f" AND member_id IN ({_team_members(team)})")
+        + " ORDER BY id"
     )
     out: dict[int, list[str]] = defaultdict(list)
     for member_id, message_id in rows:

@@ -25,6 +25,7 @@ import pytest
 
 from demo import daphne_process
 from demo.daphne_process import port_claim
+from tests.support import run_shared
 from tests.support.environment import ManageCommands
 from tests.support.services import PrivatePostgres, PrivateRedis, postgres_bin
 
@@ -51,12 +52,21 @@ def _postgres_database_new(base_url: str, template: str | None = None) -> str:
     return _server(base_url) + "/" + name
 
 
-# base DATABASE_URL ("" for SQLite) -> this process's migrated template: a SQLite file, or a
-# PostgreSQL database name (one per test process: pytest-xdist workers never share one).
+# base DATABASE_URL ("" for SQLite) -> the migrated template this process copies: a SQLite file,
+# or a PostgreSQL database name; the run's workers share one (tests/support/run_shared.py).
 _templates: dict[str, str] = {}
 
 # The run's DATABASE_URL, read at import: before any test points DATABASE_URL at a private cluster.
 _RUN_DATABASE_URL = os.environ.get("DATABASE_URL", "")
+
+
+def _migrate(env: dict, url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
+        cwd=ROOT, env={**env, "DATABASE_URL": url}, capture_output=True, text=True, timeout=180,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
 
 
 def _migrated_template(env: dict, base_url: str) -> str:
@@ -68,23 +78,64 @@ def _migrated_template(env: dict, base_url: str) -> str:
         # own template, not a `migrate` of its own (seconds of CPU per cluster). Neither kept
         # nor dropped: a cluster serves one test and goes with it, and a later one may get its port.
         url = _postgres_database_new(base_url)
-        _postgres_copy(_server(run_postgres) + "/" + _migrated_template(env, run_postgres), url)
+        _postgres_tool("psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", url,
+                       input=_template_dump(env, run_postgres))
         return url.rsplit("/", 1)[1]
-    if base_url:
+    if run_shared.RUN_ID:
+        template = _run_template(env, base_url)
+    elif base_url:
         url = _postgres_database_new(base_url)
         template = url.rsplit("/", 1)[1]
         atexit.register(_postgres_database_drop, url)
+        _migrate(env, url)
     else:
         template = str(Path(tempfile.mkdtemp(prefix="steerboard-template-")) / "template.sqlite3")
-        url = f"sqlite:///{template}"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"],
-        cwd=ROOT, env={**env, "DATABASE_URL": url}, capture_output=True, text=True, timeout=180,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"manage.py migrate failed: {result.stderr[-2000:]}")
+        _migrate(env, f"sqlite:///{template}")
     _templates[base_url] = template
     return template
+
+
+def _run_template(env: dict, base_url: str) -> str:
+    """The run's template on ``base_url``'s server (or the SQLite one), migrated by the first
+    worker that asks, under the run's lock, and published under its name only once whole:
+    nothing connects to it after, so the workers' ``CREATE DATABASE ... TEMPLATE`` never
+    find it in use."""
+    with run_shared.lock(f"template {_server(base_url) if base_url else 'sqlite'}"):
+        if not base_url:
+            template = run_shared.folder() / "template.sqlite3"
+            if not template.exists():
+                building = run_shared.folder() / "template-building.sqlite3"
+                building.unlink(missing_ok=True)
+                _migrate(env, f"sqlite:///{building}")
+                building.replace(template)
+            return str(template)
+        import psycopg
+
+        name = run_shared.postgres_template_name()
+        with psycopg.connect(_server(base_url) + "/postgres", autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                return name
+            building = _postgres_database_new(base_url)
+            run_shared.postgres_template_made(building)
+            _migrate(env, building)
+            conn.execute(f'ALTER DATABASE "{building.rsplit("/", 1)[1]}" RENAME TO "{name}"')
+            run_shared.postgres_template_made(_server(base_url) + "/" + name)
+        return name
+
+
+_dumps: dict[str, bytes] = {}
+
+
+def _template_dump(env: dict, run_postgres: str) -> bytes:
+    """The run's template as SQL (pg_dump), for a private cluster: dumped once per process, from a
+    copy of its own (a connection to the template itself would stop the others' copies)."""
+    if run_postgres not in _dumps:
+        copy = _postgres_database_new(run_postgres, template=_migrated_template(env, run_postgres))
+        try:
+            _dumps[run_postgres] = _postgres_tool("pg_dump", "--no-owner", "--no-privileges", "-d", copy)
+        finally:
+            _postgres_database_drop(copy)
+    return _dumps[run_postgres]
 
 
 def _postgres_tool(tool: str, *args: str, input: bytes | None = None) -> bytes:
@@ -93,12 +144,6 @@ def _postgres_tool(tool: str, *args: str, input: bytes | None = None) -> bytes:
     if result.returncode != 0:
         raise RuntimeError(f"{tool} failed: {result.stderr.decode(errors='replace')[-2000:]}")
     return result.stdout
-
-
-def _postgres_copy(source_url: str, target_url: str) -> None:
-    """One database into another, empty one, on another server: pg_dump, then psql."""
-    dump = _postgres_tool("pg_dump", "--no-owner", "--no-privileges", "-d", source_url)
-    _postgres_tool("psql", "-q", "-X", "-v", "ON_ERROR_STOP=1", "-d", target_url, input=dump)
 
 
 def _sqlite_copy(source: str, target: Path) -> None:
@@ -290,9 +335,25 @@ class DaphneProcess(daphne_process.DaphneProcess):
         port = port or free_port()
         super().__init__(port=port, env={}, log_path=environment.tmp_path / f"daphne-{port}.log")
 
-    def start(self, timeout: float = 30) -> "DaphneProcess":
+    def spawn(self):
         self.env = {**self.environment.env, **self.extra_env}  # the environment as it is now
-        return super().start(timeout)
+        return super().spawn()
+
+
+def start_together(*servers: DaphneProcess, timeout: float = 30) -> tuple[DaphneProcess, ...]:
+    """Several daphne processes started side by side: each spends a second or two importing
+    Django and the project before it answers, and they do it at the same time. Returns once
+    every one answers; if one fails, all are stopped."""
+    try:
+        for server in servers:
+            server.spawn()
+        for server in servers:
+            server.wait_ready(timeout)
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise
+    return servers
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from demo.daphne_process import port_claim
+from tests.support import run_shared
 
 
 def _port_open(port: int) -> bool:
@@ -60,14 +61,29 @@ class PrivatePostgres:
         subprocess.run(["cp", "-a", str(self._initdb_once()), str(self.data)], check=True, timeout=120)
 
     def _initdb_once(self) -> Path:
+        """The data directory initdb made once per run (tests/support/run_shared.py: the first
+        worker that needs it, under the run's lock; the controller removes it), or once per
+        process without pytest-xdist."""
         if self.bin not in _initdb_templates:
-            root = Path(tempfile.mkdtemp(prefix="steerboard-pg-template-"))
-            if self.as_user is not None:
-                os.chown(root, self.as_user.pw_uid, self.as_user.pw_gid)
-            atexit.register(shutil.rmtree, root, ignore_errors=True)
-            self._run("initdb", "-D", str(root / "data"), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+            if run_shared.RUN_ID:
+                with run_shared.lock(f"initdb {self.bin}"):
+                    root = run_shared.folder() / f"initdb-{self.bin.parent.name}"
+                    if not (root / "data").exists():
+                        shutil.rmtree(root, ignore_errors=True)
+                        self._initdb(root, "building")
+                        (root / "building").rename(root / "data")
+            else:
+                root = Path(tempfile.mkdtemp(prefix="steerboard-pg-template-"))
+                atexit.register(shutil.rmtree, root, ignore_errors=True)
+                self._initdb(root, "data")
             _initdb_templates[self.bin] = root / "data"
         return _initdb_templates[self.bin]
+
+    def _initdb(self, root: Path, name: str) -> None:
+        root.mkdir(exist_ok=True)
+        if self.as_user is not None:
+            os.chown(root, self.as_user.pw_uid, self.as_user.pw_gid)
+        self._run("initdb", "-D", str(root / name), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
 
     @property
     def url(self) -> str:
