@@ -105,6 +105,7 @@ class ConnectedSession:
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
         self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
+        self.write_failed: BaseException | None = None  # an entry of this socket that could not be stored
 
     # --- hello, status, close ---------------------------------------------------------------
     async def hello(self, state: str) -> list[dict]:
@@ -132,12 +133,14 @@ class ConnectedSession:
         """An ``entry`` frame: answered by its ``ack`` (or an ``error`` frame)."""
         self._entries([entry], many=False)
 
-    def entries(self, entries: list["wire.Entry | TeamError"]) -> None:
+    def entries(self, entries: list["wire.Entry | TeamError"]) -> "Carried":
         """An ``entries`` frame: each entry stored or refused as if it came alone (a refusal
         of one stops none of the others; a ``TeamError`` in the list is an entry that did not
         parse), all of them answered in order once the last is committed, the acks of
-        consecutive stored ones in one ``acks`` frame."""
+        consecutive stored ones in one ``acks`` frame. Returns what a tool frame that carried
+        them waits for (``Carried``)."""
         self._entries(entries, many=True)
+        return Carried(self, list(self.writes))
 
     def _entries(self, entries: list, *, many: bool) -> None:
         cap = quota.entries_per_request()
@@ -214,6 +217,7 @@ class ConnectedSession:
     def _entry_refusal(self, entry_id: str | None, exc: BaseException) -> dict:
         if isinstance(exc, TeamError):
             return {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
+        self.write_failed = exc  # a tool call that comes after it is not made (Carried)
         if outage.noted(exc, "an entry") is not None:
             return {"type": "session.unavailable", "entry_id": entry_id}
         log.warning("storing an entry of %s failed", self.member, exc_info=exc)
@@ -247,3 +251,20 @@ class ConnectedSession:
 
     def awaits_entries(self) -> bool:
         return bool(self.steered)
+
+
+class Carried:
+    """What a tool frame that carries entries waits for before its call runs: those entries
+    and every entry this socket sent before them answered (committed, or refused)."""
+
+    __slots__ = ("session", "writes")
+
+    def __init__(self, session: ConnectedSession, writes: list[asyncio.Future]):
+        self.session, self.writes = session, writes
+
+    async def answered(self) -> BaseException | None:
+        """Once they are: None, or the failure of one that could not be stored (the database
+        out of reach, or a bug): then the call must not be made."""
+        if self.writes:
+            await asyncio.wait(self.writes)
+        return self.session.write_failed

@@ -260,23 +260,30 @@ class AgentConsumer(_JsonFrames):
         except ValidationError as exc:
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
-        if isinstance(frame, wire.ToolFrame):
-            self._tool_call(frame)
-            return
         session = self.session
+        if isinstance(frame, wire.ToolFrame):
+            carried = None
+            if frame.entries is not None:  # an entries frame just before the call, which waits for them
+                try:
+                    carried = self._entries(frame)
+                except TeamError as exc:
+                    await self.send_json({"type": "error", **exc.as_wire()})
+            self._tool_call(frame, carried)
+            return
         try:
             if isinstance(frame, wire.EntryFrame) and session.said_hello:
                 session.entry(frame.entry)
                 return
             if isinstance(frame, wire.EntriesFrame) and session.said_hello:
-                if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
-                    raise quota.too_many_entries(len(frame.entries))
-                session.entries(wire.entries_parsed(frame))
+                self._entries(frame)
+                if frame.status is not None:  # after these entries, as a status frame right after them
+                    await session.status(frame.status)
                 return
             if isinstance(frame, wire.Hello):  # after the entries before it, as a status
                 replay = await session.hello(frame.status)
                 await self.send_json(
-                    {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay)}
+                    {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay),
+                     "features": wire.FEATURES}
                 )
                 for message in replay:
                     await self.session_steer({"message": message})
@@ -289,8 +296,17 @@ class AgentConsumer(_JsonFrames):
         except TeamError as exc:
             await self.send_json({"type": "error", **exc.as_wire()})
 
+    def _entries(self, frame: "wire.EntriesFrame | wire.ToolFrame") -> "sessions.Carried":
+        """An entries frame's entries (or a tool frame's) to the session; refused whole (a
+        ``TeamError``, nothing stored) before hello or past the per-frame cap."""
+        if not self.session.said_hello:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "Say hello first.")
+        if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
+            raise quota.too_many_entries(len(frame.entries))
+        return self.session.entries(wire.entries_parsed(frame))
+
     # --- tool calls: beside the next frames, answered when each finishes ----------------------
-    def _tool_call(self, frame: "wire.ToolFrame") -> None:
+    def _tool_call(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
         refusal = self.session.tool_calls_full()
         if refusal is not None:
             refusal = tools.refused(frame.name, refusal)
@@ -302,10 +318,25 @@ class AgentConsumer(_JsonFrames):
             tools.refused(frame.name, exc)
             self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
             return
-        self.session.tool_call_start(self._tool_run(frame))
+        self.session.tool_call_start(self._tool_run(frame, carried))
 
-    async def _tool_run(self, frame: "wire.ToolFrame") -> None:
+    async def _tool_run(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
+        if carried is not None:
+            # The history that led to the call is durable before it runs: its entries and every
+            # entry before them answered. One that could not be stored (the database is out of
+            # reach: the socket closes 4503) leaves the call unmade, as REST's 503 would.
+            failed = await carried.answered()
+            if failed is not None:
+                what = outage.unavailable(failed)
+                if what is not None:
+                    answer.update(outage.unavailable_body(what))
+                else:
+                    answer.update(tools.refused(frame.name, TeamError(
+                        ErrorCode.SERVER_ERROR, "An entry this call came after could not be stored; the call was not made.",
+                    )).as_wire())
+                self.push({"type": "session.frame", "frame": answer})
+                return
         try:
             answer["result"] = await tools.tool_call(
                 member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
