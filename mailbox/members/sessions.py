@@ -133,16 +133,18 @@ class ConnectedSession:
         """An ``entry`` frame: answered by its ``ack`` (or an ``error`` frame)."""
         self._entries([entry], many=False)
 
-    def entries(self, entries: list["wire.Entry | TeamError"]) -> "Carried":
+    def entries(self, entries: list["wire.Entry | TeamError"], *, call_id: str | None = None) -> "Carried":
         """An ``entries`` frame: each entry stored or refused as if it came alone (a refusal
         of one stops none of the others; a ``TeamError`` in the list is an entry that did not
         parse), all of them answered in order once the last is committed, the acks of
         consecutive stored ones in one ``acks`` frame. Returns what a tool frame that carried
-        them waits for (``Carried``)."""
-        self._entries(entries, many=True)
+        them waits for (``Carried``); ``call_id``: that tool frame's, whose ``tool_result``
+        may carry their last ``acks`` (a ``session.acks_held`` event: the websocket holds them
+        until it sends anything else)."""
+        self._entries(entries, many=True, call_id=call_id)
         return Carried(self, list(self.writes))
 
-    def _entries(self, entries: list, *, many: bool) -> None:
+    def _entries(self, entries: list, *, many: bool, call_id: str | None = None) -> None:
         cap = quota.entries_per_request()
         # Each entry's outcome, in order: its job (answered by the job's future) or its refusal.
         outcomes: list[tuple[str | None, str | None, "hot_path.EntryJob | TeamError"]] = []
@@ -173,16 +175,20 @@ class ConnectedSession:
         done = writes[0] if len(writes) == 1 else asyncio.gather(*writes, return_exceptions=True)
         self.writes.append(done)
         self.entries_in_flight += len(writes)
-        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many))
+        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many, call_id))
 
-    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool) -> None:
+    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool,
+                      call_id: str | None = None) -> None:
         self.entries_in_flight -= count
         with contextlib.suppress(ValueError):
             self.writes.remove(done)  # the oldest, unless the socket closed meanwhile
         refused_next = self.refused_after.pop(done, ())  # entries refused by the quota right after these
         if done.cancelled():
             return
-        for frame in self._answers(outcomes, many):
+        frames = self._answers(outcomes, many)
+        if call_id is not None and not refused_next and frames and frames[-1]["frame"]["type"] == "acks":
+            frames[-1] = {"type": "session.acks_held", "id": call_id, "acks": frames[-1]["frame"]["acks"]}
+        for frame in frames:
             self.push(frame)
         for refusal in refused_next:
             self.push(refusal)

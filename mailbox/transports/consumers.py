@@ -303,7 +303,8 @@ class AgentConsumer(_JsonFrames):
             raise TeamError(ErrorCode.VALIDATION_ERROR, "Say hello first.")
         if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
             raise quota.too_many_entries(len(frame.entries))
-        return self.session.entries(wire.entries_parsed(frame))
+        call_id = frame.id if isinstance(frame, wire.ToolFrame) else None
+        return self.session.entries(wire.entries_parsed(frame), call_id=call_id)
 
     # --- tool calls: beside the next frames, answered when each finishes ----------------------
     def _tool_call(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
@@ -379,6 +380,28 @@ class AgentConsumer(_JsonFrames):
 
     async def session_frame(self, event):
         await self.send_json(event["frame"])
+
+    # --- a tool frame's entries: their last acks go in its tool_result --------------------------
+    held: tuple[str, list] | None = None  # (the tool frame's id, the acks its tool_result may carry)
+
+    async def session_acks_held(self, event):
+        """The last acks of a tool frame's entries: held until the next frame this socket sends,
+        which carries them when it is that call's tool_result (one frame instead of two), else
+        goes after them, so acks keep their order with everything else."""
+        if self.held is not None:
+            earlier, self.held = self.held, None
+            await super().send_json({"type": "acks", "acks": earlier[1]})
+        self.held = (event["id"], event["acks"])
+
+    async def send_json(self, content, close=False):
+        held = self.held
+        if held is not None:
+            self.held = None
+            if content.get("type") == "tool_result" and content.get("id") == held[0]:
+                content = {**content, "acks": held[1]}
+            else:
+                await super().send_json({"type": "acks", "acks": held[1]})
+        await super().send_json(content, close=close)
 
     async def session_steer(self, event):
         self.session.steer_sent(event["message"]["id"])

@@ -423,6 +423,10 @@ class ToolResult(_ServerFrame):
     id: str
     result: dict[str, Any] | None = None
     error: ErrorBody | None = None
+    acks: list[dict[str, Any]] | None = Field(
+        None, description="the last acks of the entries the tool frame carried, as an ``acks`` frame's "
+                          "(present when no other frame went to the session between their commit and this answer)",
+    )
 
     @model_validator(mode="after")
     def _one_answer(self) -> "ToolResult":

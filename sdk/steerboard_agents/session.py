@@ -250,6 +250,8 @@ class AgentSession:
             for ack in frame.get("acks") or ():
                 self._outbox.acked(ack.get("entry_id"), folded=bool(ack.get("folded")))
         elif kind == "tool_result":
+            for ack in frame.get("acks") or ():  # the last acks of the entries its tool frame carried
+                self._outbox.acked(ack.get("entry_id"), folded=bool(ack.get("folded")))
             if self._tools is not None:
                 self._tools.answer(frame)
         elif kind == "error":
