@@ -309,17 +309,24 @@ class AgentConsumer(_JsonFrames):
     # --- tool calls: beside the next frames, answered when each finishes ----------------------
     def _tool_call(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
         refusal = self.session.tool_calls_full()
-        if refusal is not None:
-            refusal = tools.refused(frame.name, refusal)
-            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
+        if refusal is None:
+            try:
+                quota.request_charge(self.rate_key)
+            except TeamError as exc:
+                refusal = exc
+        if refusal is None:
+            self.session.tool_call_start(self._tool_run(frame, carried))
             return
-        try:
-            quota.request_charge(self.rate_key)
-        except TeamError as exc:
-            tools.refused(frame.name, exc)
-            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
-            return
-        self.session.tool_call_start(self._tool_run(frame, carried))
+        answer = {"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id,
+                                                     **tools.refused(frame.name, refusal).as_wire()}}
+        if carried is None:
+            self.push(answer)
+        else:  # after the answers of the entries it carried, as a call's result always is
+            asyncio.ensure_future(self._answer_after(carried, answer))
+
+    async def _answer_after(self, carried: "sessions.Carried", answer: dict) -> None:
+        await carried.answered()
+        self.push(answer)
 
     async def _tool_run(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
