@@ -66,7 +66,7 @@ class Bench:
             "STEERBOARD_SWEEP_INTERVAL": "1",
             "STEERBOARD_REDELIVER_AFTER": "5",
             # A load run sends thousands of requests a second from a few tokens: per-token
-            # and per-member limits (mailbox/transports/quota.py) far above what it sends.
+            # and per-member limits (mailbox/plumbing/quota.py) far above what it sends.
             "STEERBOARD_RATE_LIMIT_PER_SECOND": "1000000",
             "STEERBOARD_RATE_LIMIT_BURST": "1000000",
             "STEERBOARD_HISTORY_BYTES_PER_MINUTE": "10000000000",

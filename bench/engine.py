@@ -716,7 +716,7 @@ def sql_pass(pool: Pool, backend: str, processes: int, args, result: dict) -> No
 
 
 def metrics_axis(pool: Pool, backend: str, processes: int, args, result: dict) -> None:
-    """The metrics' cost (mailbox/operations/metrics.py): the same saturation on fresh servers with
+    """The metrics' cost (mailbox/plumbing/metrics.py): the same saturation on fresh servers with
     STEERBOARD_METRICS off and on, alternating (off, on, off, on, ...) so that a machine
     growing busier weighs on both; the medians compared."""
     section(f"metrics axis ({backend}): unkeyed saturation, STEERBOARD_METRICS off / on alternating, "

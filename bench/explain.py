@@ -79,7 +79,7 @@ def send(token: str, target: str) -> str:
     """A send's database work, on this thread: the send transition's public service
     (mailbox/engine/hot_path.py: the writer's job, run here; then admission) and the sender's answer."""
     from mailbox.engine import hot_path
-    from mailbox.transports.auth import member_from_headers
+    from mailbox.plumbing.auth import member_from_headers
 
     sender = member_from_headers([(b"authorization", f"Bearer {token}".encode())])
     return hot_path.message_send_now(sender=sender, target_name=target, content="explain probe")["status"]
@@ -95,7 +95,7 @@ def main(team: str, operator: str, lead_token: str, target: str) -> None:
         "GET /api/v1/teams/<team>": lambda: api.get(f"/api/v1/teams/{team}").status_code,
         "GET /api/v1/teams/<team>/messages": lambda: api.get(f"/api/v1/teams/{team}/messages").status_code,
         # The agents' API does its database work on the process's database threads
-        # (mailbox/engine/db.py), out of this thread's sight: the same work, called here.
+        # (mailbox/plumbing/db.py), out of this thread's sight: the same work, called here.
         "send_message (its database work)": lambda: send(lead_token, target),
     }
     for label, call in calls.items():

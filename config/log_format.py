@@ -1,12 +1,12 @@
 """``LOG_FORMAT=json``: one JSON object per line, for log shippers (docs/operations.md,
 "Monitoring"). Each line has the time (UTC), level, logger, message and process id, and
-where they apply the team, member and message id (mailbox/operations/log_context.py; a record's
+where they apply the team, member and message id (mailbox/plumbing/log_context.py; a record's
 ``extra``) and the trace and span ids of the OpenTelemetry span it was logged in."""
 import json
 import logging
 from datetime import UTC, datetime
 
-from mailbox.operations import log_context
+from mailbox.plumbing import log_context
 
 RECORD_FIELDS = ("team", "member", "message_id", "trace_id", "span_id")
 

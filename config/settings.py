@@ -200,7 +200,7 @@ if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", False):
     # Optional, and off by default: the agents' API and the websockets do their
     # database work on a few long-lived threads that keep their connections
-    # (mailbox/engine/db.py). A pool only saves the connect of the other requests
+    # (mailbox/plumbing/db.py). A pool only saves the connect of the other requests
     # (dashboard pages, the operators' API), which close theirs after each request.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 2,
@@ -242,8 +242,8 @@ if REDIS_URL:
             # (BZPOPMIN with a backup queue): under load the steers queued there for
             # seconds (docs/performance.md, "Doorbells through Redis").
             # channels_redis's pub/sub layer with a receive loop that survives a Redis
-            # restart and resubscribes at once (mailbox/operations/layers.py).
-            "BACKEND": "mailbox.operations.layers.RedisPubSubLayer",
+            # restart and resubscribes at once (mailbox/plumbing/layers.py).
+            "BACKEND": "mailbox.plumbing.layers.RedisPubSubLayer",
             "CONFIG": {
                 "hosts": [redis_host(REDIS_URL)],
                 "prefix": os.environ.get("STEERBOARD_CHANNEL_PREFIX", "steerboard:"),
@@ -342,7 +342,7 @@ STEERBOARD = {
     "MAX_TASKS_PER_TEAM": _env_limit("STEERBOARD_MAX_TASKS_PER_TEAM", 256),
     # wait_agent calls one member may have waiting at once in one server process.
     "MAX_WAITS_PER_MEMBER": _env_limit("STEERBOARD_MAX_WAITS_PER_MEMBER", 4),
-    # History quota per member, in each server process (mailbox/transports/quota.py): bytes of one
+    # History quota per member, in each server process (mailbox/plumbing/quota.py): bytes of one
     # entry's JSON, entries in one request (or unacknowledged on one socket), bytes a minute.
     "MAX_ENTRY_BYTES": _env_limit("STEERBOARD_MAX_ENTRY_BYTES", 256 * 1024),
     "MAX_ENTRIES_PER_REQUEST": _env_limit("STEERBOARD_MAX_ENTRIES_PER_REQUEST", 100),
@@ -381,14 +381,14 @@ STEERBOARD = {
     # Seconds an idempotency key replays its call's result (send_message, team_task_create); then pruned.
     "IDEMPOTENCY_WINDOW": _env_float("STEERBOARD_IDEMPOTENCY_WINDOW", 7 * 24 * 3600.0),
     # Threads (each with its own long-lived connection) that run a server process's
-    # database work (mailbox/engine/db.py); 0: one on SQLite, eight on PostgreSQL.
+    # database work (mailbox/plumbing/db.py); 0: one on SQLite, eight on PostgreSQL.
     "DB_THREADS": _env_int("STEERBOARD_DB_THREADS", 0),
-    # Seconds a process keeps a member token's lookup (mailbox/transports/auth.py): a deleted
+    # Seconds a process keeps a member token's lookup (mailbox/plumbing/auth.py): a deleted
     # token stops working within this bound.
     "TOKEN_CACHE_SECONDS": _env_float("STEERBOARD_TOKEN_CACHE_SECONDS", 5.0),
     # Count this process's SQL statements and commits for bench/engine.py (GET /api/v1/debug/sql).
     "COUNT_SQL": _env_bool("STEERBOARD_COUNT_SQL", False),
-    # Prometheus metrics (mailbox/operations/metrics.py; GET /metrics, docs/operations.md "Monitoring"): counted
+    # Prometheus metrics (mailbox/plumbing/metrics.py; GET /metrics, docs/operations.md "Monitoring"): counted
     # unless turned off; scraped with an operator token, or without one from these addresses or
     # networks (comma-separated, e.g. "127.0.0.1,10.0.0.0/8").
     "METRICS": _env_bool("STEERBOARD_METRICS", True),

@@ -1,4 +1,4 @@
-"""A2A's share of the process's database threads (mailbox/engine/db.py).
+"""A2A's share of the process's database threads (mailbox/plumbing/db.py).
 
 Everything ``/a2a`` does in the database (the gate's lookups, the methods, the
 streams' reads) runs through ``run``, which lets at most ``share()`` of those
@@ -11,7 +11,7 @@ A2A calls take at most half the pool, so the agents' API and websockets always
 have the other half.
 """
 import asyncio
-from mailbox.engine import db
+from mailbox.plumbing import db
 
 _gates: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 

@@ -21,8 +21,8 @@ import functools
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from mailbox.operations import outage, tracing
-from mailbox.transports import quota
+from mailbox.plumbing import outage, tracing
+from mailbox.plumbing import quota
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler

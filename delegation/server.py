@@ -9,12 +9,12 @@
 
 Every request but a card's carries ``Authorization: Bearer <operator token or A2A
 credential>``. The edge (mailbox/transports/edge.py) checked the Host, the body's declared
-size and the token's request rate (mailbox/transports/quota.py, the bucket the token has
+size and the token's request rate (mailbox/plumbing/quota.py, the bucket the token has
 everywhere). ``A2AApp`` is the rest of the gate in front of the SDK: the member
 of the path and the caller (delegation/credentials.py); and the hostile-input
-parser (mailbox/transports/wire.py) on the path, the query and the body, before the SDK
+parser (mailbox/plumbing/wire.py) on the path, the query and the body, before the SDK
 parses anything. A request's W3C ``traceparent`` is the parent of what it does
-when the server traces (mailbox/operations/tracing.py: an A2A send's span). Refusals
+when the server traces (mailbox/plumbing/tracing.py: an A2A send's span). Refusals
 before the A2A layer (401, 403, 404, 429, 503) are Steerboard's JSON error; a
 value the parser refuses is the binding's own invalid-params error naming the
 field (JSON-RPC ``-32602``, the HTTP+JSON binding's 400), as the handler
@@ -23,9 +23,10 @@ or a member's prompt queue full, is answered 503 or 429 the same way, in place
 of the SDK's answer (``HttpAnswer``).
 """
 import logging
-from mailbox.operations import outage, tracing
-from mailbox.transports import edge, wire
-from mailbox.transports.auth import bearer_from_headers
+from mailbox.plumbing import outage, tracing
+from mailbox.transports import edge
+from mailbox.plumbing import wire
+from mailbox.plumbing.auth import bearer_from_headers
 from mailbox.transports.edge import body_read, respond_json
 from urllib.parse import unquote
 

@@ -12,7 +12,7 @@ however long the histories; at most one read per ``READ_INTERVAL``), then wakes
 only the streams whose task's state changed. A hundred streams on a team cost the database what one does; a stream
 whose task did not change is not woken at all.
 
-A read that fails (the database is away) is counted (mailbox/operations/outage.py) and tried
+A read that fails (the database is away) is counted (mailbox/plumbing/outage.py) and tried
 again at the next ring or recheck; the streams stay open meanwhile.
 """
 import asyncio
@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from mailbox.members import waiting
-from mailbox.operations import outage
+from mailbox.plumbing import outage
 from typing import Protocol
 
 from delegation import db as a2a_db
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # The watch reads its tasks again this often even without a ring (a lost doorbell).
 RECHECK_SECONDS = 2.0
 # And at most this often: rings (and streams that start) meanwhile are one read
-# (the dashboards' doorbells are folded the same way, mailbox/engine/events.py).
+# (the dashboards' doorbells are folded the same way, mailbox/plumbing/events.py).
 READ_INTERVAL = 0.1
 
 

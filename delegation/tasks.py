@@ -19,7 +19,7 @@ A final state is written on the task row the first time it is read (with the
 answer and tool results), so it stays what it was however the history grows
 afterwards, and reading it again touches no history. Reading a task that is not
 final costs a few index lookups however long the member's history
-(mailbox/members/history.py): its prompt's entry, and whether a turn boundary follows
+(mailbox/engine/history.py): its prompt's entry, and whether a turn boundary follows
 it; only a turn that has a boundary after its start is read entry by entry
 (once, when it ends). ``task_views`` reads many tasks with one lookup of their
 prompts' entries (ListTasks, the streams of delegation/streams.py), and a task
@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from mailbox import selectors as mailbox_selectors
 from mailbox.engine import queue_adapter
-from mailbox.members import asks, history, interrupt
+from mailbox.members import asks, interrupt
+from mailbox.engine import history
 from mailbox.models import EntryKind
 
 from django.contrib.auth import get_user_model

@@ -31,8 +31,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from mailbox import selectors as mailbox_selectors
-from mailbox.engine import delivery
-from mailbox.members import activity, usage
+from mailbox.engine import budget, delivery
+from mailbox.members import activity
 from frontend.markdown import markdown_html
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, AskState, HostPresence, HumanAsk, HumanPrompt, MemberUsage, MessageState, PromptState,
@@ -195,19 +195,19 @@ def team_attention(
                 "error": "",
             }
         )
-    budget = usage.budget_of(team_id=team.pk)
-    if budget.exhausted:
+    used_up = budget.budget_of(team_id=team.pk)
+    if used_up.exhausted:
         # Nothing starts a turn in the team: it heads the list, whatever waits behind it.
         spent = MemberUsage.objects.filter(member__team=team).order_by("-updated_at").values_list("updated_at", flat=True)
         since = spent.first() or now
         items.append(
             {
                 "kind": "budget",
-                "tokens": budget.tokens,
-                "used": budget.used,
+                "tokens": used_up.tokens,
+                "used": used_up.used,
                 "since": iso(since),
                 "seconds": round((now - since).total_seconds(), 1),
-                "error": usage.exhausted_text(budget),
+                "error": budget.exhausted_text(used_up),
             }
         )
     for ask in mailbox_selectors.asks_of(team=team, state=AskState.PENDING, limit=ITEM_WINDOW):
@@ -284,6 +284,6 @@ def teams_attention_counts(*, team_ids: list[int]) -> dict[int, int]:
     asks = HumanAsk.objects.filter(team_id__in=team_ids, state=AskState.PENDING).values("team_id").annotate(n=Count("pk"))
     for row in asks:
         counts[row["team_id"]] += row["n"]  # the asks the team page heads its list with
-    for team_id in usage.teams_exhausted(team_ids=team_ids):
+    for team_id in budget.teams_exhausted(team_ids=team_ids):
         counts[team_id] += 1  # the budget item the team page heads its list with
     return counts

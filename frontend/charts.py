@@ -33,7 +33,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from mailbox import selectors as mailbox_selectors
-from mailbox.engine import db
+from mailbox.plumbing import db
 from mailbox.models import TeamMessage
 from teams import selectors as team_selectors
 from teams.models import Team

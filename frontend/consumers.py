@@ -36,9 +36,9 @@ import logging
 from accounts.sessions import sessions_signed_out
 from frontend import selectors
 from frontend.signals import session_group, user_group
-from mailbox.engine import events
-from mailbox.engine.db import to_db_thread
-from mailbox.operations import outage
+from mailbox.plumbing import events
+from mailbox.plumbing.db import to_db_thread
+from mailbox.plumbing import outage
 from mailbox.transports.consumers import LeanConsumer
 from teams.errors import ErrorCode, TeamError
 

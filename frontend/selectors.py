@@ -16,7 +16,8 @@ from steerboard_protocol.turns import HistoryTurns, named_turn
 from frontend import attention
 from frontend.markdown import markdown_html
 from mailbox import selectors as mailbox_selectors
-from mailbox.engine import db
+from mailbox.plumbing import db
+from mailbox.engine import budget
 from mailbox.members import activity, usage
 from mailbox.models import (
     COUNTED_STATES, UNDELIVERED, AskState, EntryKind, HistoryEntry, HumanAsk, HumanPrompt, MessageKind, MessageState,
@@ -301,7 +302,7 @@ def _team_snapshot(*, team: Team) -> dict:
         "window": {"pending": PENDING_WINDOW, "delivered": DELIVERED_WINDOW, "history": HISTORY_WINDOW},
         "members": members,
         "usage": usage.usage_total(per_member),
-        "budget": usage.budget_of(team_id=team.pk).out(),
+        "budget": budget.budget_of(team_id=team.pk).out(),
         "tasks": [
             {**out, "blocking": team_selectors.task_blocking(task)}
             for task, out in zip(tasks, team_selectors.tasks_out(tasks, team_id=team.pk), strict=True)

@@ -24,7 +24,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from mailbox.engine import events
+from mailbox.plumbing import events
 
 log = logging.getLogger(__name__)
 SIGNED_OUT = "steerboard_signed_out_session"  # the request attribute the receiver sets

@@ -11,9 +11,11 @@ class MailboxConfig(AppConfig):
         from mailbox.transports.api import openapi  # noqa: F401
         from django.conf import settings
 
-        from mailbox.engine import db, events, hot_sql, lead_log
+        from mailbox.plumbing import db, events
+        from mailbox.engine import hot_sql, lead_log
         from mailbox.members import hosts
-        from mailbox.operations import metrics, outage, recovery, tracing
+        from mailbox.plumbing import metrics, outage, tracing
+        from mailbox.operations import recovery
         from mailbox.transports import tools
         from teams import services as team_services
 
@@ -22,7 +24,7 @@ class MailboxConfig(AppConfig):
         outage.install_log_filter()  # no traceback per request while the database is away
         tracing.configure()  # off unless OTEL_* asks for traces
         # The writer's batch transaction, pipeline and end-of-batch flush are the hot path's SQL,
-        # which sits above mailbox/engine/db.py: db is handed them, it does not import them.
+        # which sits above mailbox/plumbing/db.py: db is handed them, it does not import them.
         db.writer_parts_install(
             flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction,
             observe=metrics.batch_committed,
@@ -38,6 +40,6 @@ class MailboxConfig(AppConfig):
         hosts.catch_up_with(recovery.host_catch_up)
 
         if settings.STEERBOARD.get("COUNT_SQL"):
-            from mailbox.operations import sqlcount
+            from mailbox.plumbing import sqlcount
 
             sqlcount.install()

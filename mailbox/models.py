@@ -96,7 +96,7 @@ class TeamMessage(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
-    # The W3C trace context of the send's span (mailbox/operations/tracing.py), carried in every steer
+    # The W3C trace context of the send's span (mailbox/plumbing/tracing.py), carried in every steer
     # frame of the message, whichever process pushes it and however late, and the parent of
     # its ``deliver`` span. NULL unless the sending process traced: the send's statement
     # leaves them out, the writer's batch sets them only when it has one (hot_sql.batch_flush).
@@ -198,7 +198,7 @@ class HistoryEntry(models.Model):
         ]
         indexes = [
             models.Index(fields=["member", "id"], name="history_member_order"),
-            # An A2A task's reads (mailbox/members/history.py): the entry that opened a prompt's
+            # An A2A task's reads (mailbox/engine/history.py): the entry that opened a prompt's
             # turn, and the turn boundaries after it, found in O(log n) however long the
             # history. Partial: the entries of a team message's delivery pay for neither.
             models.Index(fields=["member", "prompt_id"], name="history_prompt_entry", condition=Q(prompt_id__isnull=False)),

@@ -3,7 +3,6 @@ from datetime import datetime
 
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
-from mailbox.members import usage
 from mailbox.models import (
     COUNTED_STATES, PENDING_STATES, UNDELIVERED, AskState, HistoryEntry, HumanAsk, HumanPrompt, MessageState, PromptState,
     TeamMessage,
@@ -60,7 +59,7 @@ def pending_of(
     return rows[:limit] if limit else rows
 
 
-def _no_messages() -> dict[str, int]:
+def no_messages() -> dict[str, int]:
     return {str(state): 0 for state in MessageState}
 
 
@@ -80,10 +79,10 @@ def member_counts(*, team: Team) -> dict[int, dict[str, int]]:
     )
     counted: dict[int, dict[str, int]] = {}
     for r in rows:
-        counted.setdefault(r["target_id"], _no_messages())[r["state"]] = r["n"]
+        counted.setdefault(r["target_id"], no_messages())[r["state"]] = r["n"]
     counts = {}
     for member_id, total in totals:
-        mine = counted.get(member_id, _no_messages())
+        mine = counted.get(member_id, no_messages())
         counts[member_id] = {**mine, MessageState.DELIVERED.value: delivered_count(sent=total, counted=mine)}
     return counts
 
@@ -98,20 +97,6 @@ def sent_count(next_seq: int) -> int:
 def delivered_count(*, sent: int, counted: dict[str, int]) -> int:
     """Delivered = sent less every other state, each counted: no scan of the delivered backlog."""
     return max(0, sent - sum(counted.get(state, 0) for state in COUNTED_STATES))
-
-
-def team_summary(*, team: Team) -> dict:
-    """The operator REST's team: the roster with each member's message counts and usage, the
-    team's usage and budget, and the board."""
-    counts = member_counts(team=team)
-    found = team_selectors.member_list(team_id=team.pk)
-    roster = usage.roster(team_id=team.pk, members=found)
-    members = [{**agent, **counts.get(member.pk, _no_messages())} for member, agent in zip(found, roster["agents"])]
-    tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
-    return {
-        "team": team.name, "members": members, "usage": roster["usage"], "budget": roster["budget"],
-        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
-    }
 
 
 def _cursor_encode(message: TeamMessage) -> str:

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.urls import path
 
-from mailbox.operations import sqlcount
+from mailbox.plumbing import sqlcount
 from mailbox.transports.api import export, inbox, member_admin, operators, protocol, tools
 
 urlpatterns = [

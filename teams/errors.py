@@ -48,7 +48,7 @@ class ErrorCode(StrEnum):
     TEAM_BUDGET_EXHAUSTED = "TEAM_BUDGET_EXHAUSTED"
     # Never raised as a refusal: what a transport answers when the server itself failed.
     SERVER_ERROR = "SERVER_ERROR"
-    # Never raised as a refusal: the database (or Redis) is out of reach just now (mailbox/operations/outage.py).
+    # Never raised as a refusal: the database (or Redis) is out of reach just now (mailbox/plumbing/outage.py).
     SERVICE_UNAVAILABLE = "SERVICE_UNAVAILABLE"
 
 

@@ -129,7 +129,7 @@ class MemberToken(models.Model):
 class RevokedToken(models.Model):
     """A member token revoked in the last hour (teams/tokens.py writes one with each revoke):
     what every server process reads, a few rows at a time, to close the websockets it
-    holds open with a revoked token (mailbox/transports/auth.py)."""
+    holds open with a revoked token (mailbox/plumbing/auth.py)."""
 
     token_hash = models.CharField(max_length=64)
     revoked_at = models.DateTimeField(db_index=True)

@@ -12,7 +12,7 @@ A member token's lifecycle (docs/operations.md, "Token lifecycle"):
 
 Revoking deletes the token's row and writes it down in ``RevokedToken`` for an hour
 (every server process reads the recent ones to close its websockets of those tokens,
-mailbox/transports/auth.py); the caller also drops it from the process's lookup cache
+mailbox/plumbing/auth.py); the caller also drops it from the process's lookup cache
 (mailbox/members/lifecycle.py, mailbox/members/hosts.py).
 """
 import hashlib
@@ -34,7 +34,7 @@ def token_hash(token: str) -> str:
     """A token's SHA-256 (hex): the one digest of a bearer token of any kind (member, host,
     operator, A2A credential). What is stored instead of the token, and what the
     process's lookup cache, its open sockets and the token's request bucket are kept
-    under (mailbox/transports/auth.py, mailbox/transports/quota.py). A lone surrogate is hashed as it is,
+    under (mailbox/plumbing/auth.py, mailbox/plumbing/quota.py). A lone surrogate is hashed as it is,
     never an error (it then matches no token)."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 

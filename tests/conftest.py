@@ -2,8 +2,8 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
-from mailbox.engine import db
-from mailbox.operations import runtime
+from mailbox.plumbing import db
+from mailbox.plumbing import runtime
 
 # Counts the tests that start real processes and prints the count (docs/code.md, "Tests").
 pytest_plugins = ["tests.support.process_count", "pytester"]
@@ -12,7 +12,7 @@ pytest_plugins = ["tests.support.process_count", "pytester"]
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
     """Each test starts in a process as if it had just started, and leaves it so
-    (mailbox/operations/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
+    (mailbox/plumbing/runtime.py): full quota and rate buckets, no fault armed, the heartbeat
     to be registered afresh in the test's database."""
     runtime.reset()
     yield
@@ -25,14 +25,14 @@ def clock(monkeypatch):
 
     time-machine stops the wall clock (``time.time()``, ``timezone.now()``: what the
     database's timestamps, django-axes' cool-off and the sweeper's deadlines read), and
-    the quota buckets (mailbox/transports/quota.py) are handed that clock in place of
+    the quota buckets (mailbox/plumbing/quota.py) are handed that clock in place of
     ``time.monotonic``, which time-machine leaves alone: the event loop's own timers
     (``loop.time()``) keep running, so the test's awaits and timeouts work as ever."""
     import time
 
     import time_machine
 
-    from mailbox.transports import quota
+    from mailbox.plumbing import quota
 
     with time_machine.travel(time.time(), tick=False) as traveller:
         for buckets in (quota.history, quota.requests):
@@ -43,7 +43,7 @@ def clock(monkeypatch):
 @pytest.fixture(autouse=True)
 def _close_worker_connections():
     """Async code reaches the database from worker threads, each with a connection of
-    its own: the process's database threads (mailbox/engine/db.py) and asgiref's shared
+    its own: the process's database threads (mailbox/plumbing/db.py) and asgiref's shared
     thread (channels' database_sync_to_async in tests and the auth middleware).
     Close them, each on its own thread, so the test database can be dropped."""
     yield

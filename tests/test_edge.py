@@ -14,7 +14,8 @@ from channels.testing import WebsocketCommunicator
 from config.asgi import application
 from mailbox.members import lifecycle
 from mailbox.operations import sweeper
-from mailbox.transports import auth, edge
+from mailbox.plumbing import auth
+from mailbox.transports import edge
 from mailbox.transports.mcp_server import mcp_app
 from teams.models import Member
 from tests.support.inproc import Agent, Api, spawn, team_new

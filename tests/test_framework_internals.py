@@ -7,11 +7,11 @@ same attributes Django's own sets, and Django's request path must still read
 them. Django is pinned to 5.2.x in pyproject.toml; when an upgrade changes
 either, this test names what changed.
 
-mailbox/engine/db.py no longer touches asgiref internals (it uses ``SyncToAsync``'s
+mailbox/plumbing/db.py no longer touches asgiref internals (it uses ``SyncToAsync``'s
 public ``executor=`` argument); its test checks that a call runs on the
 project's own database threads.
 
-mailbox/operations/layers.py (the channel layer on Redis) subclasses channels_redis's
+mailbox/plumbing/layers.py (the channel layer on Redis) subclasses channels_redis's
 pub/sub layer, replaces its shards' receive loop and its per-loop layer
 factory, and reads their private state; the receive loop also drops redis-py's
 pub/sub connection. channels-redis is pinned to 4.x in pyproject.toml; the
@@ -37,8 +37,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 
 from config.asgi import AgentApiHandler
-from mailbox.engine import db
-from mailbox.operations import layers
+from mailbox.plumbing import db
+from mailbox.plumbing import layers
 
 
 def test_django_is_the_series_the_handler_override_was_written_for():
@@ -74,13 +74,13 @@ async def test_a_database_call_runs_on_the_projects_own_threads_and_knows_its_lo
     assert db.calling_loop() is None  # only set on the thread, for the call
 
 
-# --- mailbox/operations/layers.py on channels_redis (and redis-py) --------------------------------------------
+# --- mailbox/plumbing/layers.py on channels_redis (and redis-py) --------------------------------------------
 CHANNELS_REDIS = f"channels_redis {importlib.metadata.version('channels-redis')}"
 REDIS_PY = f"redis-py {importlib.metadata.version('redis')}"
 
 
 def _changed(package: str, internal: str, how: str) -> str:
-    return f"{package}: {internal} {how}; mailbox/operations/layers.py relies on it: re-check it"
+    return f"{package}: {internal} {how}; mailbox/plumbing/layers.py relies on it: re-check it"
 
 
 def _fingerprint(function) -> str:
@@ -105,7 +105,7 @@ def test_the_channels_redis_methods_mailbox_layers_replaces_are_the_ones_it_was_
     assert _fingerprint(function) == fingerprint, _changed(
         CHANNELS_REDIS,
         f"channels_redis.pubsub.{replaced}",
-        f"has changed (mailbox/operations/layers.py's {ours} replaces it); port what changed, then update the fingerprint here",
+        f"has changed (mailbox/plumbing/layers.py's {ours} replaces it); port what changed, then update the fingerprint here",
     )
 
 
@@ -232,7 +232,7 @@ def test_the_layer_receives_through_the_replaced_loop_and_is_flushed_when_its_lo
     finally:
         loop.close()
     assert seen["loop"] == "_Shard._do_receiving", _changed(
-        CHANNELS_REDIS, "RedisSingleShardConnection.subscribe", f"starts {seen['loop']}, not mailbox/operations/layers.py's loop"
+        CHANNELS_REDIS, "RedisSingleShardConnection.subscribe", f"starts {seen['loop']}, not mailbox/plumbing/layers.py's loop"
     )
     for kind in ("direct", "group"):
         assert seen.get(kind) == {"type": kind}, _changed(
@@ -246,7 +246,7 @@ def test_the_layer_receives_through_the_replaced_loop_and_is_flushed_when_its_lo
 # --- Channels, asgiref, Django's connection and psycopg (docs/code.md, "Framework internals") -------
 def test_channels_dispatch_is_still_lookup_close_old_connections_call():
     """mailbox/transports/consumers.py ``LeanConsumer.dispatch`` is Channels' ``dispatch`` without its
-    ``aclose_old_connections`` (the consumers reach the database only on mailbox/engine/db.py's threads)."""
+    ``aclose_old_connections`` (the consumers reach the database only on mailbox/plumbing/db.py's threads)."""
     from channels.consumer import AsyncConsumer
 
     from mailbox.transports.consumers import LeanConsumer
@@ -268,12 +268,12 @@ def test_asgiref_takes_the_executors_the_project_hands_it():
         "asgiref", "ThreadSensitiveContext(executor=)", "is gone (config/asgi.py RequestThreads)"
     )
     assert "executor" in inspect.signature(SyncToAsync.__init__).parameters, _changed(
-        "asgiref", "SyncToAsync(executor=)", "is gone (mailbox/engine/db.py DatabaseThreads)"
+        "asgiref", "SyncToAsync(executor=)", "is gone (mailbox/plumbing/db.py DatabaseThreads)"
     )
 
 
 def test_djangos_connection_has_the_attributes_the_database_threads_keep():
-    """mailbox/engine/db.py keeps a thread's connection open across calls by hand (``close_at``,
+    """mailbox/plumbing/db.py keeps a thread's connection open across calls by hand (``close_at``,
     ``errors_occurred``, ``in_atomic_block``, ``close_if_unusable_or_obsolete``)."""
     from django.db import connections
 
@@ -300,7 +300,7 @@ async def test_a_writer_batch_leaves_djangos_connection_as_it_found_it():
     """mailbox/engine/hot_sql.py ``hot_transaction`` runs BEGIN/COMMIT on the driver's connection
     behind Django's back: after a batch, Django's view of the connection is unchanged
     (autocommit on, no atomic block) and the driver is outside any transaction."""
-    from mailbox.engine.writer import Job
+    from mailbox.plumbing.writer import Job
 
     class Probe(Job):
         def execute(self, batch):

@@ -267,7 +267,7 @@ def test_no_service_imports_a_transport_and_no_transport_queries_a_model():
 # the package of its part of the design (docs/code.md, "The mailbox").
 MAILBOX_TOP = {"__init__.py", "apps.py", "models.py", "selectors.py", "text_match.py", "message_query.py",
                "urls.py", "routing.py", "migrations", "management"}
-MAILBOX_PARTS = {"engine", "members", "transports", "operations"}
+MAILBOX_PARTS = {"engine", "members", "transports", "operations", "plumbing"}
 
 
 def test_the_mailbox_top_holds_the_app_and_its_parts_only():
@@ -276,3 +276,67 @@ def test_the_mailbox_top_holds_the_app_and_its_parts_only():
         "a module at mailbox/'s top: put it in the package of its part (docs/code.md, \"The mailbox\")"
     )
     assert MAILBOX_PARTS <= top
+
+
+def sibling_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The module graph folded to ``package``'s children (its modules and sub-packages):
+    an edge where anything under one imports anything under another."""
+    def child(module: str) -> str | None:
+        if not module.startswith(package + "."):
+            return None
+        return package + "." + module[len(package) + 1:].split(".")[0]
+
+    folded: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        mine = child(module)
+        if mine is None:
+            continue
+        folded.setdefault(mine, set()).update(c for c in map(child, imported) if c is not None and c != mine)
+    return folded
+
+
+def test_no_import_circle_among_the_parts_of_any_package():
+    """Not only modules and top-level packages: inside every package its sub-packages and
+    modules import one another without a circle (mailbox's engine, members, ... each a unit)."""
+    assert cycles(sibling_graph({"p.a.x": {"p.b.y"}, "p.b.y": {"p.a.z"}, "p.a.z": set()}, "p")) == [
+        {"modules": ["p.a", "p.b"], "circle": ["p.a", "p.b", "p.a"]}
+    ]
+    graph = import_graph()
+    packages = sorted({m for m, path in project_modules().items() if path.name == "__init__.py"})
+    assert "mailbox.engine" in packages
+    found = [
+        f"{package}: {' -> '.join(each['circle'])}"
+        for package in packages
+        for each in cycles(sibling_graph(graph, package))
+    ]
+    assert not found, "import circles among the parts of a package:\n" + "\n".join(found)
+
+
+# The mailbox's parts, top to bottom (docs/code.md, "The mailbox"): each imports only the parts
+# below it. The app's own modules at mailbox/'s top (models, selectors, message_query,
+# text_match) import none of the parts; what wires the app (apps, urls, routing, management)
+# imports any.
+MAILBOX_LAYERS = ("transports", "operations", "members", "engine", "plumbing")
+MAILBOX_OWN = ("models", "selectors", "message_query", "text_match", "migrations")
+
+
+def test_the_mailbox_parts_import_only_the_parts_below_them():
+    graph = import_graph()
+    assert set(MAILBOX_LAYERS) == MAILBOX_PARTS
+
+    def rank(module: str) -> int | None:
+        parts = module.split(".")
+        if parts[0] != "mailbox" or len(parts) < 2:
+            return None
+        if parts[1] in MAILBOX_LAYERS:
+            return MAILBOX_LAYERS.index(parts[1])
+        return len(MAILBOX_LAYERS) if parts[1] in MAILBOX_OWN else None
+
+    broken = [
+        f"{module} imports {name}"
+        for module, imported in sorted(graph.items())
+        if (mine := rank(module)) is not None
+        for name in sorted(imported)
+        if (theirs := rank(name)) is not None and theirs < mine
+    ]
+    assert not broken, "a mailbox part imports one above it (docs/code.md, \"The mailbox\"):\n" + "\n".join(broken)

@@ -8,8 +8,8 @@ statement returned (mailbox/engine/hot_path.py).
 """
 from django.utils import timezone
 
+from mailbox.engine import starts
 from mailbox.engine.delivery import SESSIONLESS, Admission, target_waits
-from mailbox.members import hosts
 from mailbox.models import MessageState, TeamMessage
 from teams.errors import ErrorCode
 from teams.models import Status
@@ -33,7 +33,7 @@ def send_answer_now(*, message_id: str) -> dict:
     """The answer to a send whose admission another call is running: what is known now."""
     message = TeamMessage.objects.select_related("target").get(pk=message_id)
     admission = Admission(
-        target_status=message.target.status, admitted=[], host_connected=hosts.team_has_host(message.team_id)
+        target_status=message.target.status, admitted=[], host_connected=starts.team_has_host(message.team_id)
     )
     return send_answer(
         message_id=message.id, thread_id=message.thread_id, team_id=message.team_id, target_name=message.target.name,
@@ -48,7 +48,7 @@ def delivery_observation(*, team_id: int, target_name: str, state: str, admissio
     message, never that the target took on the work it asks for."""
     has_host = admission.host_connected
     if has_host is None:
-        has_host = hosts.team_has_host(team_id)
+        has_host = starts.team_has_host(team_id)
     return observation(
         target=target_name,
         status=admission.target_status,

@@ -63,11 +63,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from mailbox import selectors
-from mailbox.engine import events, faults, lead_log
+from mailbox.engine import budget, lead_log, starts
 from mailbox.engine.lead_log import accepted_record, cancelled_record, failed_record, retried_record
-from mailbox.members import hosts, usage
 from mailbox.models import PENDING_STATES, TARGET_SESSIONLESS_STATUSES, LogKind, MessageKind, MessageState, TeamMessage
-from mailbox.transports import wire
+from mailbox.plumbing import events, faults, wire
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 
@@ -77,7 +76,7 @@ log = logging.getLogger(__name__)
 def steer_of(message: TeamMessage, *, target_name: str) -> dict:
     """The message as a ``steer`` frame carries it (docs/protocol.md); a person's answer to an
     ask also names the ask, the decision, the answer and who gave it (mailbox/members/asks.py); a
-    message sent in a trace, that trace's context (mailbox/operations/tracing.py)."""
+    message sent in a trace, that trace's context (mailbox/plumbing/tracing.py)."""
     steer = wire.steer_message(
         id=message.id, sender=message.sender.name, target=target_name, content=message.content, seq=message.seq,
         created_at=message.created_at, thread_id=message.thread_id, kind=message.kind,
@@ -192,7 +191,7 @@ def target_admit(
         # to undo if a push fails. A resume writes (a token, the start request), so
         # it runs in a savepoint: a failed attempt leaves no half-written row behind.
         pushes_only = status in (Status.RUNNING, Status.IDLE)
-        has_host = None if pushes_only else hosts.team_has_host(target.team_id)
+        has_host = None if pushes_only else starts.team_has_host(target.team_id)
         if not pending:
             return Admission(target_status=status, admitted=[], host_connected=has_host)
         try:
@@ -271,7 +270,7 @@ def target_retry(*, target: Member, by: str = "") -> Admission | None:
         retry_logged(messages=selectors.pending_of(target=target), by=by)
     admission = target_admit(target_id=target.pk, redeliver=True)
     if target.phase == Phase.FAILED:
-        hosts.member_start(member_id=target.pk)
+        starts.member_start(member_id=target.pk)
     return admission
 
 
@@ -279,7 +278,7 @@ def _admission_attempt(
     *, target: Member, status: str, has_host: bool | None, pending: list[TeamMessage], push: bool = True
 ) -> None:
     faults.inject("inspection")
-    if status != Status.RETIRED and (refusal := usage.budget_refusal(team_id=target.team_id)):
+    if status != Status.RETIRED and (refusal := budget.budget_refusal(team_id=target.team_id)):
         raise BudgetExhausted(refusal)
     if status in (Status.RUNNING, Status.IDLE):
         faults.inject("admission")
@@ -294,8 +293,8 @@ def _admission_attempt(
         raise TargetWaiting(f"{target.name} is retired")
     elif target_waits(status=status, has_host=has_host):
         raise TargetWaiting(no_host_reason(target=target.name, status=status))
-    elif not hosts.start_is_fresh(target):
-        hosts.start_request(member=target, reason=hosts.start_reason(status))
+    elif not starts.start_is_fresh(target):
+        starts.start_request(member=target, reason=starts.start_reason(status))
 
 
 # A target in one of these statuses has no session: what is for it waits for a host to start
@@ -325,7 +324,7 @@ class TargetWaiting(faults.TemporaryDeliveryError):
 
 
 class BudgetExhausted(TargetWaiting):
-    """The team's token budget is used up: nothing may start a turn there (mailbox/members/usage.py)."""
+    """The team's token budget is used up: nothing may start a turn there (mailbox/engine/budget.py)."""
 
     code = ErrorCode.TEAM_BUDGET_EXHAUSTED
 

@@ -1,7 +1,7 @@
 """The send and deliver transitions: the only code that stores a team message or records
 its delivery (docs/delivery.md, "Who writes what").
 
-Each is a writer job (mailbox/engine/writer.py) whose SQL is mailbox/engine/hot_sql.py's:
+Each is a writer job (mailbox/plumbing/writer.py) whose SQL is mailbox/engine/hot_sql.py's:
 
 - ``SendJob``: a message stored with its ``queued`` record; for a running or idle target
   with nothing queued before it, admitted in the same commit (its ``accepted`` record)
@@ -32,22 +32,20 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from mailbox.engine import events, faults, hot_sql, idempotency, queue_adapter
-from mailbox.engine import writer as _writer
+from mailbox.engine import budget, hot_sql, idempotency, queue_adapter
 from mailbox.engine.answers import observation, send_answer, send_answer_now
-from mailbox.engine.db import to_db_thread, writer
+from mailbox.plumbing.db import to_db_thread, writer
 from mailbox.engine.delivery import (
     mailbox_full, message_admit_stored, message_validate, no_host_reason, not_addressed, not_received, refuse_phase,
     spawn_prompt_validate, unknown_target,
 )
 from mailbox.engine.lead_log import accepted_record, delivered_record, failed_record, queued_record
-from mailbox.members import budget, usage
 from mailbox.models import (
     TARGET_SESSIONLESS_STATUSES, IdempotencyRecord, LogKind, MessageKind, MessageState, TeamMessage, message_id_new,
 )
-from mailbox.operations import log_context, metrics, tracing
-from mailbox.transports import quota, wire
-from mailbox.transports.wire import steer_message
+from mailbox.plumbing import events, faults, log_context, metrics, quota, tracing, wire
+from mailbox.plumbing import writer as _writer
+from mailbox.plumbing.wire import steer_message
 from teams.errors import TeamError
 from teams.models import Member, Status, status_of
 
@@ -55,7 +53,7 @@ log = logging.getLogger(__name__)
 
 _ADMISSION_FAULTS = ("inspection", "admission", "push")
 # Why a message waits while its team's budget is used up, the numbers left for the statement.
-_BUDGET_REASON = usage.exhausted_reason(used="{used}", tokens="{tokens}")
+_BUDGET_REASON = budget.exhausted_reason(used="{used}", tokens="{tokens}")
 SEND_TOOL = "send_message"
 
 
@@ -538,7 +536,7 @@ def _delivered(cursor, batch, *, member: Member, message_id: str) -> tuple | Non
 
 
 def _delivery_traced(member: Member, message_id: str, marked: tuple) -> None:
-    """The delivered message's span (mailbox/operations/tracing.py), from its delivered row (the traced
+    """The delivered message's span (mailbox/plumbing/tracing.py), from its delivered row (the traced
     statement's: a row marked before tracing was turned on has no trace columns)."""
     if len(marked) < 5:
         return
@@ -555,7 +553,7 @@ _budget_checks: set[asyncio.Task] = set()
 
 def _budget_check(team_id: int) -> None:
     """On the event loop, after an entry reporting usage committed: if that used the team's
-    budget up, the turns under way stop after their step (mailbox/members/budget.py)."""
+    budget up, the turns under way stop after their step (mailbox/engine/budget.py)."""
     task = asyncio.ensure_future(to_db_thread(budget.turns_stopped)(team_id=team_id))
     _budget_checks.add(task)
     task.add_done_callback(_budget_check_done)
@@ -625,7 +623,7 @@ def _replayed_now(stored: dict) -> dict:
 
 def entry_job(*, member: Member, entry: wire.Entry) -> "EntryJob":
     """An entry's job, its size charged to the member's history quota: raises TeamError at
-    once, storing nothing, when the quota refuses it (mailbox/transports/quota.py: in memory, no SQL)."""
+    once, storing nothing, when the quota refuses it (mailbox/plumbing/quota.py: in memory, no SQL)."""
     job = EntryJob(member=member, entry=entry)
     quota.entry_charge(member_id=member.pk, size=len(job.data))
     return job

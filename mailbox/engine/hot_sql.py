@@ -1,6 +1,6 @@
 """The SQL of the send and deliver transitions (mailbox/engine/hot_path.py's jobs run it): its
 statements for each database vendor, the driver's own cursor it runs them on, and what
-the process's writer (mailbox/engine/writer.py) does around a batch of jobs: the batch's
+the process's writer (mailbox/plumbing/writer.py) does around a batch of jobs: the batch's
 transaction (``hot_transaction``), its pipeline (``jobs_piped``) and what the jobs leave
 for the end of the batch, in one statement each (``batch_flush``: the Lead-log records,
 the idempotency keys' results).
@@ -10,10 +10,11 @@ Every state, phase and kind in these statements is the models' own (``MessageSta
 log's builders (mailbox/engine/lead_log.py), and a prompt's start is the Queue adapter's
 statement (mailbox/engine/queue_adapter.py): nothing here is typed twice.
 
-Below the jobs and beside mailbox/engine/db.py, which is handed ``batch_flush``,
+Below the jobs and beside mailbox/plumbing/db.py, which is handed ``batch_flush``,
 ``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
 """
 import contextlib
+import weakref
 
 from django.db import connection
 
@@ -22,12 +23,12 @@ from mailbox.engine.lead_log import (
     accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
     rows_values,
 )
-from mailbox.engine.writer import Batch
+from mailbox.plumbing.writer import Batch
 from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
     IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
 )
-from mailbox.operations import sqlcount
+from mailbox.plumbing import runtime, sqlcount
 from teams.errors import TeamError
 from teams.models import Member, Phase, SessionState, Team
 
@@ -102,7 +103,7 @@ class Statements:
         )
         # What a delivered mark answers: its seq and the latency metric's queued_at; when the
         # process traces (the ``_traced`` statements, so the others stay as they were), also
-        # what the message's deliver span is made of (mailbox/operations/tracing.py).
+        # what the message's deliver span is made of (mailbox/plumbing/tracing.py).
         traced_columns = ("accepted_at", "traceparent", "tracestate")
 
         # The condition of the partial indexes on undelivered messages (models.UNDELIVERED), as
@@ -217,7 +218,7 @@ class Statements:
         )
         # The message waits (the team's budget is used up, or its target has no session and no
         # host): the send records that as its try (attempts 1) and why (last_error, a waiting
-        # failed record), in the words admission uses (usage.exhausted_reason, filled in here,
+        # failed record), in the words admission uses (budget.exhausted_reason, filled in here,
         # or delivery.no_host_reason for the target's status, which the job passes).
         waits = (
             f"(%(records_wait)s AND (t.exhausted OR (t.status IN ({_listed(*TARGET_SESSIONLESS_STATUSES)}) "
@@ -360,6 +361,42 @@ def _prepared_statements_on(raw) -> None:
         raw.prepare_threshold = 5
 
 
+# A prepared statement's plan is made for the tables as they were. After five runs
+# PostgreSQL keeps a generic plan, costed with the statistics it has then; on a new
+# database those describe empty tables, where every index of a table looks as cheap as
+# another, and the plan kept can walk a target's whole mailbox to find one message by its
+# id (``(target_id, seq)`` chosen over the primary key: 400 buffer hits a delivered entry
+# after 20 000 messages, and growing with them, until autovacuum's next ANALYZE made the
+# plans again). So the writer's connection forgets its prepared statements each time the
+# jobs it ran have doubled since the last time (from ``REPLAN_FIRST``): the next runs are
+# planned for the tables as they are now. Cheap (a dozen statements planned again, at
+# most about twenty times in a connection's first billion jobs).
+REPLAN_FIRST = 1000
+_jobs_run: "weakref.WeakKeyDictionary[object, list[int]]" = weakref.WeakKeyDictionary()
+
+
+@runtime.on_reset
+def _jobs_forgotten() -> None:
+    _jobs_run.clear()
+
+
+def _jobs_counted(raw, jobs: int) -> None:
+    counted = _jobs_run.setdefault(raw, [0, REPLAN_FIRST])
+    counted[0] += jobs
+
+
+def _plans_renewed(raw) -> bool:
+    """Between batches (no pipeline, no transaction: psycopg sees the command and forgets
+    its own names too): the connection's prepared statements deallocated once its jobs have
+    doubled. Answers whether it did."""
+    counted = _jobs_run.get(raw)
+    if counted is None or counted[0] < counted[1]:
+        return False
+    raw.execute("DEALLOCATE ALL")
+    counted[1] = 2 * counted[0]
+    return True
+
+
 class HotCursor:
     """The driver's own cursor on Django's connection (inside the caller's transaction),
     without Django's cursor wrappers: on PostgreSQL it binds parameters on the
@@ -389,7 +426,7 @@ class HotCursor:
             else:
                 self.cursor.execute(statement, params)
         except Exception:
-            self.db.errors_occurred = True  # the writer then closes this connection (mailbox/engine/db.py)
+            self.db.errors_occurred = True  # the writer then closes this connection (mailbox/plumbing/db.py)
             raise
 
     def fetchone(self):
@@ -410,12 +447,13 @@ def hot_transaction(batch: Batch):
     on-commit bookkeeping, autocommit switching) would add its cost and nothing
     else. Django's connection stays in autocommit between batches, as outside
     any atomic block; a failure rolls back, and marks the connection so the
-    writer closes it if it is broken (mailbox/engine/db.py)."""
+    writer closes it if it is broken (mailbox/plumbing/db.py)."""
     db = batch.db
     db.ensure_connection()
     raw = db.connection
     try:
         if db.vendor == "postgresql":
+            _plans_renewed(raw)
             # BEGIN goes out with the batch's statements, COMMIT on its own:
             # two round trips a batch, whatever its size.
             with raw.pipeline():
@@ -450,6 +488,7 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
     batch.db.ensure_connection()
     raw = batch.db.connection
     _prepared_statements_on(raw)
+    _jobs_counted(raw, len(piped))
     counting = sqlcount.installed()
     cursors = []
     try:

@@ -38,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import BaseModel
 
-from mailbox.engine.db import to_db_thread
+from mailbox.plumbing.db import to_db_thread
 from mailbox.models import IdempotencyRecord
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member

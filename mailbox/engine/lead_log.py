@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.db import transaction
 
-from mailbox.engine import events
-from mailbox.members import history
+from mailbox.plumbing import events
+from mailbox.engine import history
 from mailbox.models import HistoryEntry, LeadLogRecord, LogKind, MessageState, TeamMessage
-from mailbox.operations import metrics
+from mailbox.plumbing import metrics
 from teams.wire_format import iso
 
 # Each message record kind's fields, in the order a record holds them.
@@ -160,7 +160,7 @@ def messages_logged(
 ) -> None:
     """Records of several messages of one target in one INSERT (``records``: (message id, data)),
     and one doorbell for them all. ``first_accepted``: for ``accepted`` records, when the messages
-    accepted for the first time were queued (the send-to-accepted latency, mailbox/operations/metrics.py)."""
+    accepted for the first time were queued (the send-to-accepted latency, mailbox/plumbing/metrics.py)."""
     rows = [LeadLogRecord(team_id=team_id, kind=kind, message_id=mid, data=data) for mid, data in records]
     if rows:
         LeadLogRecord.objects.bulk_create(rows)

@@ -18,9 +18,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from mailbox.engine import events
-from mailbox.members import hosts, usage
+from mailbox.engine import budget, starts
 from mailbox.models import HumanPrompt, PromptState
+from mailbox.plumbing import events
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, Status
 
@@ -63,7 +63,7 @@ def prompt_offer(prompt: HumanPrompt) -> HumanPrompt:
     started for it by the team's host. Answers the prompt as it then is."""
     if prompts_dispatch(member_id=prompt.target_id) is None:
         # A member with no session is resumed for its prompt, as it would be for a message.
-        hosts.member_start(member_id=prompt.target_id)
+        starts.member_start(member_id=prompt.target_id)
     prompt.refresh_from_db()
     return prompt
 
@@ -72,7 +72,7 @@ def prompts_dispatch(*, member_id: int, fresh_session: bool = False) -> HumanPro
     """Push the oldest queued prompt if the target is idle and no prompt turn is under way."""
     with transaction.atomic():
         member = Member.objects.select_for_update(no_key=True).get(pk=member_id)
-        if member.status != Status.IDLE or usage.budget_refusal(team_id=member.team_id):
+        if member.status != Status.IDLE or budget.budget_refusal(team_id=member.team_id):
             return None  # not idle; or the team's token budget is used up: no prompt starts a turn
         mine = HumanPrompt.objects.filter(target=member)
         if fresh_session:

@@ -25,7 +25,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from mailbox import selectors
-from mailbox.engine import delivery, events, hot_path, lead_log
+from mailbox.engine import delivery, hot_path, lead_log
+from mailbox.plumbing import events
 from mailbox.models import TARGET_REFUSING_PHASES, AskKind, AskState, HumanAsk, LeadLogRecord, LogKind, MessageKind
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member

@@ -10,10 +10,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from mailbox import selectors
 from mailbox.engine import hot_path
-from mailbox.engine.db import to_db_thread
 from mailbox.models import MessageKind, MessageState
-from mailbox.transports import quota, wire
-from mailbox.transports.tools import validation_summary
+from mailbox.plumbing import quota, wire
+from mailbox.plumbing.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 
 _entries = TypeAdapter(list[wire.Entry])
@@ -46,7 +45,7 @@ def entries_parse(raw) -> list[wire.Entry]:
     try:
         return _entries.validate_python(raw)
     except ValidationError as exc:
-        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
+        raise TeamError(ErrorCode.VALIDATION_ERROR, wire.validation_summary(exc))
 
 
 async def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:
@@ -66,7 +65,7 @@ async def entries_ack(*, member, entries: list[wire.Entry]) -> list[dict]:
 
 def _quota_admitted(*, member, entries: list[wire.Entry]) -> tuple[list[wire.Entry], TeamError | None]:
     """The entries the member's history quota admits, in order, up to the first it refuses
-    (mailbox/transports/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
+    (mailbox/plumbing/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
     for index, entry in enumerate(entries):
         try:
             quota.entry_charge(member_id=member.pk, size=len(json.dumps(entry.as_stored())))

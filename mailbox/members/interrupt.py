@@ -1,9 +1,9 @@
 """Interrupting a member's turn, for the Lead's ``interrupt`` tool and an A2A
 CancelTask (delegation/tasks.py) alike: a ``session.interrupt`` to the member's
-current session (mailbox/engine/events.py), which its websocket sends as an
+current session (mailbox/plumbing/events.py), which its websocket sends as an
 ``interrupt`` frame (docs/protocol.md). A session outside a turn ignores it.
 """
-from mailbox.engine import events
+from mailbox.plumbing import events
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Status
 

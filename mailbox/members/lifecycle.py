@@ -12,13 +12,14 @@ one stops working, and the hosts connected with it are told to reconnect, which
 it then cannot do.
 
 Each drops the revoked tokens from this process's lookup cache at once
-(mailbox/transports/auth.py); other processes stop accepting them within
+(mailbox/plumbing/auth.py); other processes stop accepting them within
 STEERBOARD_TOKEN_CACHE_SECONDS.
 """
 from django.db import transaction
 
-from mailbox.engine import events, lead_log
-from mailbox.transports import auth
+from mailbox.plumbing import events
+from mailbox.engine import lead_log
+from mailbox.plumbing import auth
 from teams import services as team_services
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, Phase, SessionState, Task, Team, TaskStatus

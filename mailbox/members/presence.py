@@ -30,7 +30,7 @@ Its channels need no cleaning: on Redis pub/sub (config/settings.py) a dead
 process's subscriptions end with its Redis connection. A live process taken
 for dead stays subscribed until its next beat closes its websockets; until
 then they hear nothing, because what is for a session goes to the member's
-current session channel only (mailbox/engine/events.py).
+current session channel only (mailbox/plumbing/events.py).
 
 """
 import logging
@@ -43,9 +43,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from mailbox.engine import events
+from mailbox.plumbing import events
 from mailbox.models import HostPresence, ServerProcess, SessionPresence
-from mailbox.operations import runtime
+from mailbox.plumbing import runtime
 
 log = logging.getLogger(__name__)
 

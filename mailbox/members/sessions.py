@@ -16,11 +16,10 @@ from collections.abc import Callable, Coroutine
 
 from django.db import transaction
 
-from mailbox.engine import delivery, hot_path, lead_log, queue_adapter
-from mailbox.engine.db import to_db_thread
-from mailbox.members import presence, usage
-from mailbox.operations import outage
-from mailbox.transports import quota, wire
+from mailbox.engine import budget, delivery, hot_path, lead_log, queue_adapter
+from mailbox.members import presence
+from mailbox.plumbing import outage, quota, wire
+from mailbox.plumbing.db import to_db_thread
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member, SessionState
 from teams.services import member_session_end, member_session_set
@@ -39,9 +38,9 @@ def session_hello(*, member_id: int, state: str, channel: str) -> list[dict]:
         lead_log.member_status_logged(member, previous)
     presence.session_attached(member_id=member_id, channel=channel)
     # Admitted here, steered by the replay below: each undelivered message once. Nothing while
-    # the team's token budget is used up: a replay would start a turn (mailbox/members/usage.py).
+    # the team's token budget is used up: a replay would start a turn (mailbox/engine/budget.py).
     delivery.target_admit(target_id=member_id, redeliver=False, push=False)
-    replay = [] if usage.budget_refusal(team_id=member.team_id) else [
+    replay = [] if budget.budget_refusal(team_id=member.team_id) else [
         delivery.steer_of(m, target_name=member.name) for m in delivery.undelivered_for(member=member)
     ]
     if state == SessionState.IDLE:
@@ -88,10 +87,10 @@ class ConnectedSession:
       ``MAX_TOOL_CALLS_IN_FLIGHT`` tool calls (the token's request rate is charged by the
       websocket, as the edge charges it for REST);
     - the steers sent and not yet reported by an entry (``awaits_entries``: recovery does
-      not push again to a session that still holds some, mailbox/engine/events.py);
+      not push again to a session that still holds some, mailbox/plumbing/events.py);
     - the session's hello, status and close (the functions above, on a database thread).
 
-    Registered with mailbox/engine/events.py after its hello, it is the ``LocalSession`` pushes
+    Registered with mailbox/plumbing/events.py after its hello, it is the ``LocalSession`` pushes
     for its channel are handed to (``push`` is the websocket's)."""
 
     def __init__(self, *, member: Member, channel: str, push: Callable[[dict], None]):

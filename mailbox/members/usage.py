@@ -1,4 +1,4 @@
-"""What the members' models used and cost, and the team's token budget (docs/operations.md,
+"""What the members' models used and cost (docs/operations.md,
 "Usage and budgets").
 
 - **Recorded** by the writer: a new history entry that reports its model reply's ``usage``
@@ -10,21 +10,19 @@
   (``STEERBOARD_MODEL_PRICES``: US dollars per million tokens; a model not in it shows
   its tokens only).
 - **The budget**: a team may use its own ``token_budget`` (set by an operator,
-  mailbox/members/budget.py), else ``STEERBOARD_TEAM_TOKEN_BUDGET``, of input + output tokens.
+  mailbox/engine/budget.py), else ``STEERBOARD_TEAM_TOKEN_BUDGET``, of input + output tokens.
   Once its members' replies reach it, nothing starts a new turn there: admission keeps
   messages queued and says why (``budget_refusal``), the Queue adapter offers no prompt,
   no host is asked to start a member. The writer's in-commit admission asks the same
   question in SQL (``hot_sql.budget_exhausted``).
 """
-from dataclasses import dataclass
-
 from django.conf import settings
-from django.db.models import Sum
 
+from mailbox import selectors
+from mailbox.engine.budget import budget_of
 from mailbox.members import activity
 from mailbox.models import MemberUsage
 from teams import selectors as team_selectors
-from teams.errors import ErrorCode
 from teams.models import Team
 
 ZERO = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "replies": 0}
@@ -96,69 +94,6 @@ def turn_usage(entries) -> dict[str, dict]:
     return {turn_id: usage_out(list(models.values())) for turn_id, models in by_turn.items()}
 
 
-# --- the budget --------------------------------------------------------------------------------
-@dataclass
-class Budget:
-    tokens: int | None  # None: no budget
-    used: int
-    own: bool  # the team's own, set by an operator (else the setting's)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.tokens is not None and self.used >= self.tokens
-
-    def out(self) -> dict:
-        left = None if self.tokens is None else max(0, self.tokens - self.used)
-        return {"tokens": self.tokens, "used": self.used, "left": left, "exhausted": self.exhausted,
-                "source": "team" if self.own else ("setting" if self.tokens is not None else "none")}
-
-
-def tokens_used(*, team_id: int) -> int:
-    found = MemberUsage.objects.filter(member__team_id=team_id).aggregate(i=Sum("input_tokens"), o=Sum("output_tokens"))
-    return (found["i"] or 0) + (found["o"] or 0)
-
-
-def budget_of(*, team_id: int) -> Budget:
-    own = Team.objects.values_list("token_budget", flat=True).get(pk=team_id)
-    tokens = own if own is not None else settings.STEERBOARD.get("TEAM_TOKEN_BUDGET")
-    return Budget(tokens=tokens, used=tokens_used(team_id=team_id) if tokens is not None else 0, own=own is not None)
-
-
-def exhausted_reason(*, used, tokens) -> str:
-    """Why nothing starts a turn: the team's models used ``used`` of its ``tokens``-token budget.
-    (The send's statement fills the same words in from its ``{used}`` and ``{tokens}``.)"""
-    return (
-        f"{ErrorCode.TEAM_BUDGET_EXHAUSTED}: the team's models have used {used} of its "
-        f"{tokens}-token budget; nothing starts a new turn until an operator raises it "
-        "(the message is stored and is delivered, in order, once it is raised)."
-    )
-
-
-def exhausted_text(budget: Budget) -> str:
-    return exhausted_reason(used=budget.used, tokens=budget.tokens)
-
-
-def teams_exhausted(*, team_ids: list[int]) -> set[int]:
-    """Of these teams, those whose budget is used up (two reads for them all)."""
-    default = settings.STEERBOARD.get("TEAM_TOKEN_BUDGET")
-    budgets = {pk: own if own is not None else default
-               for pk, own in Team.objects.filter(pk__in=team_ids).values_list("pk", "token_budget")}
-    budgets = {pk: tokens for pk, tokens in budgets.items() if tokens is not None}
-    if not budgets:
-        return set()
-    used = (
-        MemberUsage.objects.filter(member__team_id__in=list(budgets)).values("member__team_id")
-        .annotate(i=Sum("input_tokens"), o=Sum("output_tokens"))
-    )
-    return {row["member__team_id"] for row in used if row["i"] + row["o"] >= budgets[row["member__team_id"]]}
-
-
-def budget_refusal(*, team_id: int) -> str | None:
-    """Why nothing may start a turn in the team now (its budget is used up), or None."""
-    budget = budget_of(team_id=team_id)
-    return exhausted_text(budget) if budget.exhausted else None
-
-
 def roster(*, team_id: int, members=None) -> dict:
     """The roster (``members``, or the team's) with what each member is doing (its activity)
     and what its replies used, the team's total and its budget (list_agents' result; the
@@ -172,3 +107,19 @@ def roster(*, team_id: int, members=None) -> dict:
         for member in members
     ]
     return {"agents": agents, "usage": usage_total(per_member), "budget": budget_of(team_id=team_id).out()}
+
+
+def team_summary(*, team: Team) -> dict:
+    """The operator REST's team: the roster with each member's message counts and usage, the
+    team's usage and budget, and the board."""
+    counts = selectors.member_counts(team=team)
+    found = team_selectors.member_list(team_id=team.pk)
+    found_roster = roster(team_id=team.pk, members=found)
+    members = [
+        {**agent, **counts.get(member.pk, selectors.no_messages())} for member, agent in zip(found, found_roster["agents"])
+    ]
+    tasks, _ = team_selectors.task_list(team_id=team.pk, limit=100)
+    return {
+        "team": team.name, "members": members, "usage": found_roster["usage"], "budget": found_roster["budget"],
+        "tasks": team_selectors.tasks_out(tasks, team_id=team.pk),
+    }

@@ -2,7 +2,7 @@
 
 A waiting call holds no thread and does not poll. Every change wait_agent
 wakes on (a member's status, a message to the caller, a task) already rings
-the team's dashboard group (mailbox/engine/events.py). The first waiter of a team in
+the team's dashboard group (mailbox/plumbing/events.py). The first waiter of a team in
 this process subscribes one channel to that group; every ring wakes the
 team's waiters, and each reads the database once to see whether what it waits
 for changed. A lost ring (the channel layer was away) is caught by a recheck
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from mailbox.engine import events
+from mailbox.plumbing import events
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 # An A2A task's reads find its prompt's entry and the turn boundaries after it by index,
-# not by scanning the member's history (issue 26, item 2; mailbox/members/history.py).
+# not by scanning the member's history (issue 26, item 2; mailbox/engine/history.py).
 
 from django.db import migrations, models
 

@@ -8,7 +8,7 @@
   database threads) and, on scale-out, Redis (a publish); 503 with what is
   out of reach otherwise, so a load balancer sends new work elsewhere. Anyone
   may ask, so the answer says only ``unavailable``: the driver's error names
-  the database's host and port, and goes to the log (mailbox/operations/outage.py's lines).
+  the database's host and port, and goes to the log (mailbox/plumbing/outage.py's lines).
 """
 import asyncio
 import os
@@ -18,8 +18,8 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
-from mailbox.engine.db import to_db_thread
-from mailbox.operations import outage
+from mailbox.plumbing.db import to_db_thread
+from mailbox.plumbing import outage
 
 CHECK_TIMEOUT = 2.0  # seconds each dependency may take to answer /readyz
 UNAVAILABLE = {"ok": False, "error": "unavailable"}  # no detail: it is logged, not shown

@@ -17,7 +17,7 @@ every ``SWEEP_INTERVAL`` and by ``manage.py sweep``:
 closed without their detach (the database was out of reach then).
 ``host_catch_up`` runs the same for one team when a host connects (mailbox/members/hosts.py), and
 ``sessions_ring_again`` for the sessions this process holds when Redis comes
-back (mailbox/engine/events.py runs it; mailbox/apps.py registers it). Every step
+back (mailbox/plumbing/events.py runs it; mailbox/apps.py registers it). Every step
 goes through the transitions of mailbox/engine/delivery.py; each is idempotent, so
 several processes may recover at once.
 """
@@ -31,14 +31,14 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from mailbox import selectors
-from mailbox.engine import delivery, events, faults, hot_path, idempotency
+from mailbox.engine import delivery, hot_path, idempotency, starts
 from mailbox.engine.delivery import target_admit
 from mailbox.members import asks, hosts, presence, sessions
 from mailbox.members.presence import PROCESS_ID, timing
 from mailbox.models import (
     PENDING_STATES, UNDELIVERED, HistoryEntry, HostPresence, MessageState, ServerProcess, SessionPresence, TeamMessage,
 )
-from mailbox.operations import outage
+from mailbox.plumbing import events, faults, outage
 from teams.models import Member, SessionState
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,8 @@ def messages_recover() -> dict:
         faults.crash_point("mid_recovery")
         result = target_admit(target_id=target_id, redeliver=target_id in stale_targets, skip_locked=True)
         admitted += len(result.admitted) if result else 0
-    provisioned = hosts.members_start_pending()
-    resumed = sum(hosts.member_start(member_id=m) for m in selectors.members_awaiting_prompt())
+    provisioned = starts.members_start_pending()
+    resumed = sum(starts.member_start(member_id=m) for m in selectors.members_awaiting_prompt())
     return {
         "reconciled": reconciled, "admitted": admitted, "provisioned": provisioned, "resumed_for_prompts": resumed,
         "asks_expired": expired,
@@ -250,4 +250,4 @@ def host_catch_up(*, team_id: int) -> None:
     for member_id in sorted(
         set(selectors.members_awaiting_prompt(team_id=team_id)) | set(selectors.members_mid_turn(team_id=team_id))
     ):
-        hosts.member_start(member_id=member_id)
+        starts.member_start(member_id=member_id)

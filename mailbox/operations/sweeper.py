@@ -20,10 +20,10 @@ import logging
 from django.conf import settings
 from django.db import connections
 
-from mailbox.engine import db
-from mailbox.engine.db import to_db_thread
+from mailbox.plumbing import db
+from mailbox.plumbing.db import to_db_thread
 from mailbox.members import presence
-from mailbox.operations import outage
+from mailbox.plumbing import outage
 from mailbox.operations.recovery import presence_reconcile, recovery_pass
 
 log = logging.getLogger(__name__)

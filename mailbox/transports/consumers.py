@@ -16,12 +16,14 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
 from pydantic import ValidationError
 
-from mailbox.engine import events
-from mailbox.engine.db import to_db_thread
+from mailbox.plumbing import events
+from mailbox.plumbing.db import to_db_thread
 from mailbox.members import hosts, presence, sessions
-from mailbox.operations import log_context, outage, sweeper, tracing
-from mailbox.transports import auth, edge, quota, tools, wire
-from mailbox.transports.auth import bearer_from_headers, host_team_from_headers
+from mailbox.plumbing import log_context, outage, tracing
+from mailbox.operations import sweeper
+from mailbox.plumbing import auth, quota, wire
+from mailbox.transports import edge, tools
+from mailbox.plumbing.auth import bearer_from_headers, host_team_from_headers
 from teams.errors import ErrorCode, TeamError
 from teams.tokens import token_hash
 
@@ -76,7 +78,7 @@ class LeanConsumer(AsyncJsonWebsocketConsumer):
 
     Channels' ``dispatch`` runs ``close_old_connections`` on a worker thread
     before each handler, for consumers that use the ORM on the event loop's
-    threads. These consumers reach the database only through mailbox/engine/db.py's
+    threads. These consumers reach the database only through mailbox/plumbing/db.py's
     threads, which look after their own connections."""
 
     async def dispatch(self, message):
@@ -213,7 +215,7 @@ class AgentConsumer(_JsonFrames):
         self.flushing = False
         self.session = sessions.ConnectedSession(member=self.member, channel=self.channel_name, push=self.push)
         # No group: what is for this member's session is sent to the channel its
-        # hello records as the member's current one (mailbox/engine/events.py).
+        # hello records as the member's current one (mailbox/plumbing/events.py).
         presence.socket_opened(self.channel_name)
         auth.socket_opened(self.token, self)
         await self.accept()
@@ -228,7 +230,7 @@ class AgentConsumer(_JsonFrames):
     # --- revocation: every frame speaks for a token that still exists ---------------------------
     def token_revoked(self) -> None:
         """On the event loop: the token this socket came with is gone (revoked, superseded,
-        or its member retired; mailbox/transports/auth.py). No frame of it is handled from now on,
+        or its member retired; mailbox/plumbing/auth.py). No frame of it is handled from now on,
         and the socket closes with 4401 after the frames already queued for it."""
         if self.revoked:
             return
@@ -242,7 +244,7 @@ class AgentConsumer(_JsonFrames):
 
     async def _token_alive(self) -> bool:
         """Whether this socket's token still exists: known without the database while the
-        process reads the revokes (mailbox/transports/auth.py), else looked up as for REST."""
+        process reads the revokes (mailbox/plumbing/auth.py), else looked up as for REST."""
         if self.revoked:
             return False
         if auth.token_alive(self.token):

@@ -14,7 +14,7 @@ before a body is read:
    (docs/deployment.md, "Slow and huge clients").
 3. **member**: on the agents' paths (``MEMBER_PREFIXES``: the tools, the inbox,
    the session endpoints, ``/mcp``; and ``/ws/agent/``) the member the bearer
-   token names, looked up once (the cached lookup, mailbox/transports/auth.py) and put in
+   token names, looked up once (the cached lookup, mailbox/plumbing/auth.py) and put in
    the scope under ``MEMBER_KEY``: the transports read it there
    (``member_required``), none looks the token up again. A body on those paths
    without a valid member token answers 401 ``UNAUTHENTICATED`` before it is
@@ -22,7 +22,7 @@ before a body is read:
    A database out of reach answers 503 ``SERVICE_UNAVAILABLE`` (a websocket:
    its error frame, then ``4503``).
 4. **rate**: a request with a bearer token to the REST API, ``/mcp`` or
-   ``/a2a`` takes one from that token's bucket (mailbox/transports/quota.py); past it 429
+   ``/a2a`` takes one from that token's bucket (mailbox/plumbing/quota.py); past it 429
    ``RATE_LIMITED`` with ``Retry-After``. The bucket's key is in the scope
    (``RATE_KEY``) for a request that costs more than one (A2A's ListTasks). The
    agent websocket's tool frames are charged one each by the consumer.
@@ -47,8 +47,10 @@ from django.http import HttpRequest, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
-from mailbox.operations import outage, sweeper
-from mailbox.transports import auth, quota, tools
+from mailbox.plumbing import outage
+from mailbox.operations import sweeper
+from mailbox.plumbing import auth, quota
+from mailbox.transports import tools
 from teams.errors import ErrorCode, TeamError
 from teams.tokens import token_hash
 

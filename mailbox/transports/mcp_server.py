@@ -37,7 +37,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from mailbox.members import inbox
-from mailbox.transports import edge, policy, tools, wire
+from mailbox.transports import edge, policy, tools
+from mailbox.plumbing import wire
 from mailbox.transports.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError
 

@@ -17,11 +17,11 @@ from pydantic import BaseModel
 from steerboard_protocol.tools import TEAM_TOOLS
 
 from mailbox import selectors as mailbox_selectors
-from mailbox.engine import faults, hot_path, idempotency
-from mailbox.engine.db import to_db_thread
-from mailbox.members import activity, asks, hosts, interrupt, usage, waiting
+from mailbox.engine import hot_path, idempotency, starts
+from mailbox.members import activity, asks, interrupt, usage, waiting
 from mailbox.models import MessageKind
-from mailbox.operations import log_context, metrics, tracing
+from mailbox.plumbing import faults, log_context, metrics, tracing, wire
+from mailbox.plumbing.db import to_db_thread
 from teams import schemas, selectors, services
 from teams.errors import ErrorCode, TeamError
 from teams.models import Member
@@ -66,7 +66,7 @@ def _spawn_teammate(lead: Member, args: schemas.SpawnTeammateArgs) -> dict:
             hot_path.message_store(
                 sender=lead, target_name=member.name, content=args.prompt, kind=MessageKind.SPAWN_PROMPT
             )
-    hosts.members_start_pending(team_id=lead.team_id)
+    starts.members_start_pending(team_id=lead.team_id)
     doing = activity.members_activity([member])[member.pk]
     return {"member": selectors.member_out(member, activity=doing.out())}
 
@@ -264,7 +264,7 @@ async def tool_call(
 ) -> dict:
     """Validate, authorise and run one tool; raise TeamError for every refusal. ``transport``
     (``metrics.TRANSPORTS``): what the call came through, for the metrics; ``headers``: the
-    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/operations/tracing.py);
+    request's, whose W3C ``traceparent`` is the parent of the call's span (mailbox/plumbing/tracing.py);
     ``trace_out``, if given, gets that span's own ``traceparent`` (and ``tracestate``) when
     tracing is on, for the answer's frame."""
     token = metrics.transport.set(transport)
@@ -328,7 +328,7 @@ def validate_arguments(tool: Tool, arguments) -> BaseModel:
     try:
         return tool.args.model_validate(arguments)
     except ValidationError as exc:
-        raise TeamError(ErrorCode.VALIDATION_ERROR, validation_summary(exc))
+        raise TeamError(ErrorCode.VALIDATION_ERROR, wire.validation_summary(exc))
 
 
 def _steer_only(arguments: dict) -> None:
@@ -343,14 +343,6 @@ def _steer_only(arguments: dict) -> None:
             "one starts a turn, an inactive one is resumed. There is no quiet, scheduled or deferred delivery "
             "and no notification policy to choose.",
         )
-
-
-def validation_summary(exc) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
 
 
 def registry_check() -> None:

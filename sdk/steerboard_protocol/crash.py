@@ -4,7 +4,7 @@ A ``CrashPoints`` reads one environment variable: when it names a point
 (``<point>`` or ``<point>:N``), the process ends at once (``os._exit``, as
 ``kill -9``) the Nth time that point is reached. No Django: the SDK's tool
 calls (sdk/steerboard_agents/client.py, ``STEERBOARD_AGENTS_CRASH_AT``) and the server's
-delivery path (mailbox/engine/faults.py, ``STEERBOARD_CRASH_AT``) both count their
+delivery path (mailbox/plumbing/faults.py, ``STEERBOARD_CRASH_AT``) both count their
 points here.
 """
 import os

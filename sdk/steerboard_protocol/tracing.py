@@ -1,6 +1,6 @@
 """Traces across the wire (docs/operations.md, "Traces"; docs/protocol.md): the W3C trace
 context's fields as frames carry them, and which of OpenTelemetry's standard ``OTEL_*``
-variables ask a process to trace. The server (mailbox/operations/tracing.py) and the SDK
+variables ask a process to trace. The server (mailbox/plumbing/tracing.py) and the SDK
 (steerboard_agents/tracing.py) follow the same rule; nothing here imports OpenTelemetry
 until ``provider_from`` is called, and then only what is installed.
 """
@@ -11,7 +11,7 @@ log = logging.getLogger(__name__)
 
 # A frame's (or a steer's message's) trace context: W3C Trace Context's two headers, by name.
 TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
-# The longest a frame's fields may be (mailbox/transports/wire.py checks a tool frame's; a longer
+# The longest a frame's fields may be (mailbox/plumbing/wire.py checks a tool frame's; a longer
 # tracestate from an HTTP header is not stored with a message: the W3C lets it be dropped).
 TRACEPARENT_MAX, TRACESTATE_MAX = 128, 512
 

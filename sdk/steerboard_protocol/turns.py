@@ -3,7 +3,7 @@
 Every reader of a history that needs turns places its entries with
 ``HistoryTurns`` (oldest first): the session's cold-resume (sdk/steerboard_agents/resume.py),
 the dashboard's timeline (frontend/selectors.py), a message's trace and a
-delegated task's turn (mailbox/members/history.py). The rule:
+delegated task's turn (mailbox/engine/history.py). The rule:
 
 - an entry that names a ``turn_id`` is in that turn; it opens the turn when the
   entry before it was in another one;

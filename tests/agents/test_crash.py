@@ -1,5 +1,5 @@
 """sdk/steerboard_protocol/crash.py: the hard kills at known points that the SDK (sdk/steerboard_agents/client.py) and the server
-(mailbox/engine/faults.py) share, each reading its own environment variable."""
+(mailbox/plumbing/faults.py) share, each reading its own environment variable."""
 import subprocess
 import sys
 

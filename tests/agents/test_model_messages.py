@@ -140,7 +140,7 @@ def test_several_steers_at_one_boundary_are_one_user_turn_in_seq_order():
 
 
 def as_served(value):
-    """An entry as the server hands it back: JSON, without the fields that were null (mailbox/transports/wire.py)."""
+    """An entry as the server hands it back: JSON, without the fields that were null (mailbox/plumbing/wire.py)."""
     if isinstance(value, dict):
         return {k: as_served(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):

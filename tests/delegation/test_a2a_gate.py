@@ -11,8 +11,8 @@ from delegation.credentials import credential_create
 from delegation.models import DelegatedTask
 from mailbox.engine import queue_adapter
 from mailbox.models import HumanPrompt
-from mailbox.operations import outage
-from mailbox.transports import quota
+from mailbox.plumbing import outage
+from mailbox.plumbing import quota
 from tests.delegation.support import A2A_VERSION, rpc, send_params
 from tests.support.inproc import spawn, team_new
 

@@ -1,5 +1,5 @@
 """An /a2a request's W3C traceparent is the parent of its A2A send's span (delegation/server.py,
-mailbox/operations/tracing.py; issue 29 item 2), on the real ASGI application; without one the send's
+mailbox/plumbing/tracing.py; issue 29 item 2), on the real ASGI application; without one the send's
 span starts a trace, and with tracing off there is none."""
 import pytest
 from channels.db import database_sync_to_async

@@ -76,7 +76,7 @@ async def test_a_stream_stays_open_while_the_database_is_away_and_catches_up_aft
     import django.db
 
     from delegation import tasks
-    from mailbox.operations import outage
+    from mailbox.plumbing import outage
 
     team, worker, first, _ = await two_tasks()
     reads_failed = []

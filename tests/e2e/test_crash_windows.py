@@ -1,4 +1,4 @@
-"""Crash windows: a hard kill (os._exit, mailbox/engine/faults.py) at each point of the
+"""Crash windows: a hard kill (os._exit, mailbox/plumbing/faults.py) at each point of the
 delivery path, a restart, and then every promise checked over the database:
 every stored message exactly once in its target's history, exactly one
 delivered record, per-target order kept.

@@ -3,7 +3,7 @@ profile and start it again on the same port and database: the sessions and the
 host reconnect, nothing is lost or duplicated, and the Lead still ends with
 TEAM_WORKFLOW_OK.
 
-The kill comes at a crash point (mailbox/engine/faults.py), not when the test happens to
+The kill comes at a crash point (mailbox/plumbing/faults.py), not when the test happens to
 see a task on the board: the workflow finishes fast enough that a poll could see
 task-2 only after the end, and then the restart was not in the middle at all."""
 import pytest

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from frontend.routing import websocket_urlpatterns
-from mailbox.engine import events
+from mailbox.plumbing import events
 from teams import services as team_services
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,13 +1,13 @@
-"""mailbox/engine/db.py: the process's database threads keep their connections."""
+"""mailbox/plumbing/db.py: the process's database threads keep their connections."""
 import asyncio
 import threading
 
 import pytest
 from django.db import connection
 
-from mailbox.engine import db
-from mailbox.engine.db import to_db_thread
-from mailbox.engine.writer import Job
+from mailbox.plumbing import db
+from mailbox.plumbing.db import to_db_thread
+from mailbox.plumbing.writer import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

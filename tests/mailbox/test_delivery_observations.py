@@ -3,7 +3,7 @@ from datetime import datetime
 
 import pytest
 
-from mailbox.engine import faults
+from mailbox.plumbing import faults
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""mailbox/engine/events.py: doorbells to sessions, hosts and dashboards.
+"""mailbox/plumbing/events.py: doorbells to sessions, hosts and dashboards.
 
 What describes a write goes out after its commit, and never for a write rolled
 back; a session this process holds is handed its events by a call; a team's
@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from mailbox.engine import events
+from mailbox.plumbing import events
 from mailbox.operations import recovery
 from tests.support.sends import message_send
 from mailbox.models import TeamMessage

@@ -5,7 +5,8 @@ import logging
 import pytest
 from django.db import OperationalError
 
-from mailbox.operations import health, outage
+from mailbox.operations import health
+from mailbox.plumbing import outage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""mailbox/members/history.py: a member's history read back, and its turns.
+"""mailbox/engine/history.py: a member's history read back, and its turns.
 
 The three readers of turns (the dashboard's timeline, the server's questions
 about one turn, the session's cold-resume) follow one rule
@@ -8,7 +8,7 @@ import pytest
 
 from steerboard_agents.resume import resume_point
 from frontend.selectors import timeline_build
-from mailbox.members import history
+from mailbox.engine import history
 from mailbox.models import EntryKind, HistoryEntry
 from teams.services import member_spawn, team_create
 

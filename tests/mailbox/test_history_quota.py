@@ -1,4 +1,4 @@
-"""Issue 12, item 9: a member's session history has a quota (mailbox/transports/quota.py).
+"""Issue 12, item 9: a member's session history has a quota (mailbox/plumbing/quota.py).
 
 One entry's JSON at most MAX_ENTRY_BYTES, at most MAX_ENTRIES_PER_REQUEST entries
 in one POST (or unacknowledged on one websocket), at most HISTORY_BYTES_PER_MINUTE
@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from django.db import connection, transaction
 
 from mailbox.models import HistoryEntry
-from mailbox.transports import quota
+from mailbox.plumbing import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

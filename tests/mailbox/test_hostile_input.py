@@ -14,7 +14,8 @@ from channels.layers import get_channel_layer
 from config.asgi import application
 from mailbox.members import sessions
 from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, TeamMessage
-from mailbox.transports import consumers, wire
+from mailbox.transports import consumers
+from mailbox.plumbing import wire
 from teams.models import Member, Task
 from tests.support.inproc import Agent, spawn, team_new
 

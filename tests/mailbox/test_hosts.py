@@ -6,7 +6,7 @@ its locked re-read, through Django's public ``execute_wrapper`` hook.
 import pytest
 from django.db import connection
 
-from mailbox.members import hosts
+from mailbox.engine import starts
 from mailbox.models import HostPresence
 from teams.models import Member, MemberToken, Phase, TokenKind
 from teams.services import member_session_set, member_spawn, team_create
@@ -28,15 +28,15 @@ def _start_tokens(member: Member) -> list[str]:
 def test_a_member_still_provisioning_with_no_start_on_record_is_asked_for_once():
     team, member = _provisioning_member_with_a_host()
 
-    assert hosts.members_start_pending(team_id=team.pk) == 1
+    assert starts.members_start_pending(team_id=team.pk) == 1
     assert len(_start_tokens(member)) == 1
     # The start is fresh now: asking again within REDELIVER_AFTER sends nothing.
-    assert hosts.members_start_pending(team_id=team.pk) == 0
+    assert starts.members_start_pending(team_id=team.pk) == 0
 
 
 def test_a_session_that_says_hello_while_the_sweeper_looks_is_not_asked_for_again():
     team, member = _provisioning_member_with_a_host()
-    assert hosts.members_start_pending(team_id=team.pk) == 1
+    assert starts.members_start_pending(team_id=team.pk) == 1
     live_token = _start_tokens(member)
     Member.objects.filter(pk=member.pk).update(start_requested_at=None)  # as if the start went stale
 
@@ -51,7 +51,7 @@ def test_a_session_that_says_hello_while_the_sweeper_looks_is_not_asked_for_agai
         return result
 
     with connection.execute_wrapper(hello_after_the_query):
-        asked = hosts.members_start_pending(team_id=team.pk)
+        asked = starts.members_start_pending(team_id=team.pk)
 
     assert hello_done
     assert asked == 0

@@ -1,4 +1,4 @@
-"""mailbox/engine/hot_path.py (SendJob, EntryJob, EntriesJob) and mailbox/engine/writer.py's group commit.
+"""mailbox/engine/hot_path.py (SendJob, EntryJob, EntriesJob) and mailbox/plumbing/writer.py's group commit.
 
 A send or an entry is stored by these jobs only, whether the writer runs them (the
 transports) or the caller's thread does (a spawn prompt, recovery, management commands):
@@ -12,11 +12,12 @@ import threading
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox.engine import db, events, hot_path, idempotency
-from mailbox.engine.writer import Job
+from mailbox.plumbing import db, events
+from mailbox.engine import hot_path, idempotency
+from mailbox.plumbing.writer import Job
 from mailbox.models import HistoryEntry, IdempotencyRecord, LeadLogRecord, TeamMessage
 from mailbox.operations import recovery
-from mailbox.transports import wire
+from mailbox.plumbing import wire
 from teams import schemas
 from teams.errors import TeamError
 from teams.models import Member
@@ -428,7 +429,7 @@ async def test_redelivery_backs_off_and_skips_a_session_that_holds_its_steers(ap
 
 
 async def test_a_member_token_lookup_is_cached_within_its_bound(api, settings):
-    from mailbox.transports import auth
+    from mailbox.plumbing import auth
     from teams.models import MemberToken
 
     team = await team_new()
@@ -446,7 +447,7 @@ async def test_a_member_token_lookup_is_cached_within_its_bound(api, settings):
 
 
 async def test_an_unknown_token_is_never_cached(api):
-    from mailbox.transports import auth
+    from mailbox.plumbing import auth
 
     await team_new()
     headers = [(b"authorization", b"Bearer sbm_not-a-token")]

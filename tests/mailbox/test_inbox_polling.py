@@ -171,7 +171,7 @@ async def test_without_a_member_token_it_is_unauthenticated(api, path, method):
 @pytest.mark.parametrize("token", [None, "sbm_wrong"])
 async def test_every_surface_answers_a_missing_member_token_with_one_wording(api, method, path, body, token):
     """REST, the agents' API and /mcp: the same 401 words, with or without a (bad) token (issue 33 item 8)."""
-    from mailbox.transports.auth import MEMBER_TOKEN_MISSING
+    from mailbox.plumbing.auth import MEMBER_TOKEN_MISSING
 
     await team_new()
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}

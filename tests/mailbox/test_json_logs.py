@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from config.log_format import JsonFormatter
-from mailbox.engine import faults
+from mailbox.plumbing import faults
 from mailbox.transports import tools
 from tests.support.inproc import Agent, spawn, team_new, token_for
 

@@ -10,7 +10,8 @@ from channels.db import database_sync_to_async
 
 from django.utils import timezone
 
-from mailbox.engine import delivery, faults, hot_path, lead_log
+from mailbox.engine import delivery, hot_path, lead_log
+from mailbox.plumbing import faults
 from mailbox.engine.lead_log import (
     MESSAGE_FIELDS,
     accepted_record,
@@ -25,7 +26,7 @@ from mailbox.engine.lead_log import (
 )
 from mailbox.members import asks
 from mailbox.models import HumanAsk, LeadLogRecord, LogKind, TeamMessage
-from mailbox.transports import wire
+from mailbox.plumbing import wire
 from tests.mailbox.test_hot_path import entry_for, member
 from tests.support.inproc import Agent, spawn, team_new
 from tests.support.sends import message_send

@@ -1,4 +1,4 @@
-"""``GET /metrics`` (mailbox/operations/metrics.py, issue 29 item 1): after a team's sends through the
+"""``GET /metrics`` (mailbox/plumbing/metrics.py, issue 29 item 1): after a team's sends through the
 real application (REST and websocket tool calls, deliveries by websocket entries, an
 operator's cancel), the counters agree with the team's Lead log and the gauges with its
 mailbox; only an operator's token or an allowed address may scrape."""
@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.tokens import operator_token_create
 from mailbox.models import PENDING_STATES, LeadLogRecord, TeamMessage
-from mailbox.operations import metrics
+from mailbox.plumbing import metrics
 from tests.support.inproc import Agent, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

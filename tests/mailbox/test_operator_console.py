@@ -123,7 +123,7 @@ async def test_the_trace_lists_every_lead_log_event_in_order_with_the_delivering
 
 
 async def test_a_failed_admission_counts_and_its_error_clears_once_the_message_moves_on(api):
-    from mailbox.engine import faults
+    from mailbox.plumbing import faults
 
     team = await team_new()
     coder = await spawn(api, team["lead"], "alpha", "coder")

@@ -4,7 +4,7 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from mailbox.engine import faults
+from mailbox.plumbing import faults
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from mailbox.operations.recovery import messages_recover
 from tests.support.inproc import Agent, spawn, team_new

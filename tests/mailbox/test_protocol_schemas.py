@@ -1,6 +1,6 @@
 """GET /api/v1/protocol/frames.json: the websocket frames' JSON Schema (docs/protocol.md).
 
-The served document is the one generated from mailbox/transports/wire.py's models, and the
+The served document is the one generated from mailbox/plumbing/wire.py's models, and the
 frames a real session gets from the server (in process: the real ASGI app, the
 test database and the channel layer) validate against it, each way.
 """
@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 
 from accounts.tokens import operator_token_create
-from mailbox.transports import wire
+from mailbox.plumbing import wire
 from tests.support.inproc import Agent, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

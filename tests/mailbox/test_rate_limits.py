@@ -1,13 +1,13 @@
 """Issue 12, item 10: each bearer token's request rate on the agents' API (the tools,
 the inbox, the session endpoints), /mcp and the websocket's tool frames is limited
-(mailbox/transports/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After.
+(mailbox/plumbing/quota.py): past it 429 RATE_LIMITED with the limit in the body and Retry-After.
 Issue 26: so are a member token's reads of the operator REST (every request with a bearer token)."""
 import asyncio
 
 import pytest
 
 from mailbox.models import TeamMessage
-from mailbox.transports import quota
+from mailbox.plumbing import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)

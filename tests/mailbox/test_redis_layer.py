@@ -1,9 +1,9 @@
-"""The Redis channel layer (mailbox/operations/layers.py, config/settings.redis_host) against a
+"""The Redis channel layer (mailbox/plumbing/layers.py, config/settings.redis_host) against a
 private redis-server (tests/support/services.py) that is killed and started again."""
 import pytest
 
 from config.settings import redis_host
-from mailbox.operations.layers import RedisPubSubLayer
+from mailbox.plumbing.layers import RedisPubSubLayer
 from tests.support.services import PrivateRedis
 
 

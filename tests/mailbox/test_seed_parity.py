@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from mailbox.engine import events
+from mailbox.plumbing import events
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
 from tests.support.inproc import Agent, spawn, team_new
@@ -133,7 +133,7 @@ async def _running_teammate(api, team):
 
 
 async def doorbells_rung(team) -> None:
-    """Until every doorbell of the team rung so far has gone out (mailbox/engine/events.rings_pending).
+    """Until every doorbell of the team rung so far has gone out (mailbox/plumbing/events.rings_pending).
     A wait that starts after this hears only its own subscribe."""
     async with asyncio.timeout(5):
         while events.rings_pending(team["team"].pk):

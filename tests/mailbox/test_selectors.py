@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 
 from mailbox import selectors
 from mailbox.engine import hot_path, queue_adapter
-from mailbox.members import sessions
+from mailbox.members import sessions, usage
 from tests.support.sends import message_send
 from mailbox.models import MessageState
 from teams.errors import ErrorCode, TeamError
@@ -54,7 +54,7 @@ def test_pending_messages_come_in_seq_order_by_state_and_the_counts_need_no_scan
     counts = selectors.member_counts(team=team)
     assert counts[worker.pk] == {"queued": 1, "accepted": 1, "delivered": 1, "cancelled": 0}
     assert counts[lead.pk] == {"queued": 0, "accepted": 0, "delivered": 0, "cancelled": 0}
-    summary = selectors.team_summary(team=team)
+    summary = usage.team_summary(team=team)
     by_name = {m["name"]: m for m in summary["members"]}
     assert summary["team"] == "selectors"
     assert {k: by_name["worker"][k] for k in ("queued", "accepted", "delivered", "cancelled")} == counts[worker.pk]

@@ -1,4 +1,4 @@
-"""Revocation reaches the agent websockets already open (mailbox/transports/auth.py, issue 26 item 1),
+"""Revocation reaches the agent websockets already open (mailbox/plumbing/auth.py, issue 26 item 1),
 and one token holds a bounded number of websockets (item 5).
 
 A socket is authenticated at its handshake; before, a token revoked or a member retired
@@ -218,7 +218,7 @@ async def test_a_token_holds_at_most_max_sockets_per_token_per_process(api, sett
 async def test_the_first_read_checks_every_held_token_so_nothing_before_it_is_missed(api, settings, monkeypatch):
     """A process's first read of the revokes (and the first after one failed) cannot know
     what it missed: it checks every token it holds a websocket of, in one query."""
-    from mailbox.transports import auth
+    from mailbox.plumbing import auth
     from teams.models import MemberToken
 
     settings.STEERBOARD = {**settings.STEERBOARD, "TOKEN_CACHE_SECONDS": 1.0}

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (mailbox/operations/tracing.py, issue 29 item 2): a span for each tool call
+"""OpenTelemetry traces (mailbox/plumbing/tracing.py, issue 29 item 2): a span for each tool call
 whose parent is the caller's W3C traceparent on REST, /mcp and websocket tool frames; inside
 a send_message the send's span with its message id and its queued / accepted events; the
 send's context stored with the message and carried in each of its steer frames (the push at
@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 
 from mailbox.engine import delivery
 from mailbox.models import TeamMessage
-from mailbox.operations import tracing
+from mailbox.plumbing import tracing
 from tests.support.inproc import Agent, spawn, team_new, token_for
 from tests.support.spans import by_name, hex_ids, in_memory_spans, traceparent_of
 

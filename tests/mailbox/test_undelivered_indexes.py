@@ -15,7 +15,8 @@ from frontend import selectors as frontend_selectors
 from mailbox import selectors
 from mailbox.engine import hot_sql
 from mailbox.models import LeadLogRecord, MessageState, TeamMessage
-from mailbox.operations import metrics, recovery
+from mailbox.plumbing import metrics
+from mailbox.operations import recovery
 from teams.models import Member, Phase, SessionState
 from teams.services import member_spawn, team_create
 from tests.support.sends import message_send, messages_store_delivered

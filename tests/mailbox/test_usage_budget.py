@@ -1,5 +1,5 @@
 """What the members' models used and cost, and the team's token budget (mailbox/members/usage.py,
-mailbox/members/budget.py; issue 27, items 3 and 4), through the real websocket and REST.
+mailbox/engine/budget.py; issue 27, items 3 and 4), through the real websocket and REST.
 
 A session reports each model reply's usage on the first entry the reply produced; the
 server sums it per member and model in the entry's commit (a folded repeat adds

@@ -170,7 +170,8 @@ class Agent:
         a reported usage, the doorbells being published (what these push is pushed before they
         end). Not the session's entries waiting for their commit: a test may hold them (a lock),
         and an entry's answers come after its ack, which the test reads first."""
-        from mailbox.engine import events, hot_path
+        from mailbox.plumbing import events
+        from mailbox.engine import hot_path
 
         while True:
             pending = [t for t in (*hot_path._budget_checks, *events._in_flight) if t.get_loop() is loop]

@@ -1,12 +1,12 @@
 """OpenTelemetry spans recorded in memory (the SDK's InMemorySpanExporter) for the tests of
-mailbox/operations/tracing.py, and reading them."""
+mailbox/plumbing/tracing.py, and reading them."""
 import contextlib
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mailbox.operations import tracing
+from mailbox.plumbing import tracing
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from django.http import JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
-from mailbox.operations import outage
+from mailbox.plumbing import outage
 from mailbox.transports import edge
 from teams.errors import ErrorCode, TeamError
 

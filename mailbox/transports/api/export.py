@@ -7,7 +7,7 @@ from django.utils.dateparse import parse_datetime
 
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_user
-from mailbox.engine.db import to_db_thread
+from mailbox.plumbing.db import to_db_thread
 from mailbox.operations import archive
 from mailbox.transports.api.errors import error_json
 from teams import selectors as team_selectors

@@ -10,9 +10,10 @@
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from mailbox.engine.db import to_db_thread
+from mailbox.plumbing.db import to_db_thread
 from mailbox.members import inbox as inbox_service
-from mailbox.transports import edge, policy, quota, wire
+from mailbox.transports import edge, policy
+from mailbox.plumbing import quota, wire
 from mailbox.transports.api.errors import error_json
 from mailbox.transports.api.tools import _member, _method, tool_invoke
 from teams.errors import ErrorCode, TeamError

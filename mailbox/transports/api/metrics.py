@@ -1,12 +1,12 @@
-"""``GET /metrics``: the process's Prometheus metrics (mailbox/operations/metrics.py), for an operator's
+"""``GET /metrics``: the process's Prometheus metrics (mailbox/plumbing/metrics.py), for an operator's
 token (``Authorization: Token <operator token>``, or ``Bearer``) or a scraper whose address
 STEERBOARD_METRICS_ALLOW lists. Thin: who asks, then the exposition, read on a database thread."""
 from django.http import HttpResponse
 
 from accounts.operators import is_operator
 from accounts.tokens import operator_token_user
-from mailbox.engine.db import to_db_thread
-from mailbox.operations import metrics
+from mailbox.plumbing.db import to_db_thread
+from mailbox.plumbing import metrics
 from mailbox.transports.api.errors import error_json
 from teams.errors import ErrorCode, TeamError
 

@@ -15,10 +15,12 @@ from rest_framework.views import APIView
 from accounts.authentication import OperatorTokenAuthentication
 from mailbox import selectors
 from mailbox.engine import delivery, lead_log, queue_adapter
-from mailbox.members import asks, budget, lifecycle, usage
+from mailbox.engine.budget import budget_of
+from mailbox.members import asks, lifecycle, usage
+from mailbox.members.budget import team_budget_set
 from mailbox.message_query import MessageFilterIn, MessageListIn
 from mailbox.models import AskState, MessageState
-from mailbox.transports import wire
+from mailbox.plumbing import wire
 from mailbox.transports.api.permissions import CanReadTeam, IsOperator, MemberBearerAuthentication
 from teams import selectors as team_selectors
 from teams import services as team_services
@@ -92,7 +94,7 @@ class TeamHostTokenRotateView(_Api):
 class TeamDetailView(_Api):
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="A team's roster with message counts, and its board")
     def get(self, request, team):
-        return Response(selectors.team_summary(team=self.team()))
+        return Response(usage.team_summary(team=self.team()))
 
 
 FILTER_PARAMETERS = [
@@ -234,7 +236,7 @@ class TeamBudgetView(_Api):
 
     @extend_schema(responses=OpenApiTypes.OBJECT, summary="The team's token budget and what its models used")
     def get(self, request, team):
-        return Response(usage.budget_of(team_id=self.team().pk).out())
+        return Response(budget_of(team_id=self.team().pk).out())
 
     @extend_schema(
         request=BudgetIn, responses=OpenApiTypes.OBJECT,
@@ -244,7 +246,7 @@ class TeamBudgetView(_Api):
         data = BudgetIn(data=_body_dict(request))
         data.is_valid(raise_exception=True)
         return Response(
-            budget.team_budget_set(team=self.team(), tokens=data.validated_data["tokens"], by=request.user.get_username())
+            team_budget_set(team=self.team(), tokens=data.validated_data["tokens"], by=request.user.get_username())
         )
 
     post = put

@@ -3,7 +3,7 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework import authentication, permissions
 
 from accounts.operators import is_operator
-from mailbox.transports.auth import bearer_from_headers
+from mailbox.plumbing.auth import bearer_from_headers
 from teams.selectors import member_by_token
 
 class MemberPrincipal(AnonymousUser):

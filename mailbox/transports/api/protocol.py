@@ -1,6 +1,6 @@
 """GET /api/v1/protocol/frames.json: the websocket frames' JSON Schema (docs/protocol.md).
 
-Generated once per process from the pydantic models in mailbox/transports/wire.py; public
+Generated once per process from the pydantic models in mailbox/plumbing/wire.py; public
 (no token: it describes the protocol, not any team) and cacheable, with an ETag
 so a client that has it gets a 304.
 """
@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import condition
 
-from mailbox.transports import wire
+from mailbox.plumbing import wire
 from mailbox.transports.api.errors import error_json
 from teams.errors import ErrorCode, TeamError
 

@@ -13,7 +13,7 @@ import logging
 
 from django.conf import settings
 
-from mailbox.operations import outage
+from mailbox.plumbing import outage
 from mailbox.transports import edge
 from mailbox.transports.api.tools import tool_request
 from teams.errors import ErrorCode, TeamError

@@ -7,9 +7,10 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from mailbox.engine.db import to_db_thread
-from mailbox.members import history
-from mailbox.transports import edge, tools, wire
+from mailbox.plumbing.db import to_db_thread
+from mailbox.engine import history
+from mailbox.transports import edge, tools
+from mailbox.plumbing import wire
 from mailbox.transports.api.errors import error_json
 from mailbox.transports.tools import TOOLS, tool_call
 from teams.errors import ErrorCode, TeamError

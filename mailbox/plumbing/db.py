@@ -29,8 +29,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections, transaction
 
-from mailbox.engine.writer import Writer
-from mailbox.operations import outage
+from mailbox.plumbing.writer import Writer
+from mailbox.plumbing import outage
 
 _executors: dict[str, ThreadPoolExecutor] = {}
 _sizes: dict[str, int] = {}  # threads per executor, for close_all
@@ -95,7 +95,7 @@ def _writer_new():
 
 
 def writer():
-    """The process's writer (mailbox/engine/writer.py): the pool itself on SQLite, a thread of its own on PostgreSQL."""
+    """The process's writer (mailbox/plumbing/writer.py): the pool itself on SQLite, a thread of its own on PostgreSQL."""
     found = _executors.get("writer")
     if found is not None:
         return found

@@ -33,8 +33,8 @@ from typing import Protocol
 from django.conf import settings
 from django.utils import timezone
 
-from mailbox.engine.db import to_db_thread
-from mailbox.operations import outage
+from mailbox.plumbing.db import to_db_thread
+from mailbox.plumbing import outage
 from teams.models import Member, MemberToken, RevokedToken, Team
 from teams.selectors import member_by_token, team_by_host_token
 from teams.tokens import token_hash

@@ -7,7 +7,7 @@ resubscribe failed half-way leaves a connection that looks healthy and hears
 nothing. Here, after any failure the pub/sub connection is dropped, so the
 next attempt (a tenth of a second later) reconnects and resubscribes every
 channel of the process from scratch; failures are counted
-(mailbox/operations/outage.py), not logged one by one; and once a receive works again
+(mailbox/plumbing/outage.py), not logged one by one; and once a receive works again
 the process runs its recovery pass for the sessions it holds
 (``events.redis_recovered``): every doorbell lost meanwhile is rung again
 from the database.
@@ -19,7 +19,7 @@ import logging
 from channels_redis import pubsub
 from channels_redis.utils import _wrap_close
 
-from mailbox.operations import outage
+from mailbox.plumbing import outage
 
 RECONNECT_PAUSE = 0.1  # seconds between attempts while Redis is away
 
@@ -50,7 +50,7 @@ class _Shard(pubsub.RedisSingleShardConnection):
 
 
 def _resubscribed() -> None:
-    from mailbox.engine import events
+    from mailbox.plumbing import events
 
     if not outage.redis.ok():  # (a return runs the recovery by itself)
         events.redis_recovered()
@@ -62,7 +62,7 @@ class _CountedNotLogged(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        from mailbox.engine.events import _layer_down
+        from mailbox.plumbing.events import _layer_down
 
         if exc is not None and _layer_down(exc):
             outage.redis.failed("unsubscribing", exc)

@@ -23,7 +23,7 @@ other failure rolls the batch back and runs its jobs again one transaction
 each, so one bad job never fails the others.
 
 The writer is also an ``Executor``: on SQLite it is the process's only database
-thread (mailbox/engine/db.py), and the ORM's calls queue behind (and between) the
+thread (mailbox/plumbing/db.py), and the ORM's calls queue behind (and between) the
 batches instead of polling for SQLite's one write lock. On PostgreSQL it is a
 thread of its own beside the pool; row locks order it against the rest.
 """
@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from mailbox.operations import outage, tracing
+from mailbox.plumbing import outage, tracing
 from teams.errors import TeamError
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Job:
     loop: asyncio.AbstractEventLoop | None = None
     future: asyncio.Future | None = None
     # The span under way when the job was queued, when the process traces: its batch's span
-    # links to it (mailbox/operations/tracing.py).
+    # links to it (mailbox/plumbing/tracing.py).
     trace_link = None
 
     def execute(self, batch: "Batch") -> None:  # pragma: no cover - interface
@@ -142,7 +142,7 @@ class Writer(concurrent.futures.Executor):
         observe: Callable[[int, float], None] | None = None,
     ):
         self.name = name
-        # Told each committed batch's size and seconds (mailbox/operations/metrics.py's histograms).
+        # Told each committed batch's size and seconds (mailbox/plumbing/metrics.py's histograms).
         self._observe = observe
         self._pipeline = pipeline
         self._transaction = transaction_of or (lambda batch: transaction.atomic())

@@ -11,7 +11,7 @@
   ``/mcp`` and the tool frames of the agent websocket take ``RATE_LIMIT_PER_SECOND``
   requests a second per bearer token, with bursts up to ``RATE_LIMIT_BURST``.
 - **Open websockets** (per token): at most ``MAX_SOCKETS_PER_TOKEN`` agent or host
-  websockets of one token at once (mailbox/transports/auth.py counts them).
+  websockets of one token at once (mailbox/plumbing/auth.py counts them).
 
 Each check is a dictionary lookup and a little arithmetic on the event loop's
 thread: no SQL, no lock, no round trip. The buckets live in the server process:
@@ -23,7 +23,7 @@ import time
 
 from django.conf import settings
 
-from mailbox.operations import runtime
+from mailbox.plumbing import runtime
 from teams.errors import ErrorCode, TeamError
 
 _MAX_KEYS = 10_000

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from django import db as django_db
 
-from mailbox.engine.faults import TemporaryDeliveryError
+from mailbox.plumbing.faults import TemporaryDeliveryError
 from teams.errors import ErrorCode, TeamError
 
 log = logging.getLogger("steerboard.outage")
@@ -39,7 +39,7 @@ class Dependency:
         self.back_at: float | None = None  # monotonic time of the last return
         self.failures = 0
         # Bumped whenever connections may have gone bad (the dependency went away, or
-        # one was found broken): mailbox/engine/db.py's threads then open fresh ones.
+        # one was found broken): mailbox/plumbing/db.py's threads then open fresh ones.
         self.generation = 0
         self._counted_at = 0.0
         self._lock = threading.Lock()
@@ -161,7 +161,7 @@ def unavailable(exc: BaseException | None) -> str | None:
 
 
 def noted(exc: BaseException | None, where: str) -> str | None:
-    """``unavailable(exc)``, and a database failure counted (Redis counts its own, mailbox/engine/events.py)."""
+    """``unavailable(exc)``, and a database failure counted (Redis counts its own, mailbox/plumbing/events.py)."""
     what = unavailable(exc)
     if what == "database":
         database.failed(where, exc)

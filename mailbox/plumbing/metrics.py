@@ -5,7 +5,7 @@ Counters are counted where each transition commits, by the code that commits it:
 jobs (mailbox/engine/hot_path.py: a send's ``queued`` and ``accepted``, an entry's ``delivered``),
 the Lead log's ORM appends (mailbox/engine/lead_log.py: admission's ``accepted`` and ``failed``, an
 operator's ``retried`` and ``cancelled``), the tool dispatch (mailbox/transports/tools.py) and the
-writer's batches (mailbox/engine/writer.py). Every one is counted after its commit, once per
+writer's batches (mailbox/plumbing/writer.py). Every one is counted after its commit, once per
 Lead-log record, so the sums agree with the Lead log.
 
 The hot path pays a dictionary increment under a lock and a histogram observation per

@@ -27,8 +27,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from mailbox.engine import db
-from mailbox.operations import outage
+from mailbox.plumbing import db
+from mailbox.plumbing import outage
 
 log = logging.getLogger(__name__)
 _in_flight: set[asyncio.Task] = set()

@@ -28,6 +28,15 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _STRUCTURE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
+def validation_summary(exc: ValidationError) -> str:
+    """A pydantic error in a line: the first five places and what is wrong there."""
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
 def _refused(message: str) -> TeamError:
     return TeamError(ErrorCode.VALIDATION_ERROR, message)
 
@@ -244,7 +253,7 @@ class ToolFrame(BaseModel):
     name: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     arguments: dict[str, Any] = Field(default_factory=dict)
     # The caller's W3C trace context, as REST's and /mcp's headers carry it: the call's span
-    # continues that trace when the server traces (mailbox/operations/tracing.py); one that does not
+    # continues that trace when the server traces (mailbox/plumbing/tracing.py); one that does not
     # parse is ignored, as the W3C asks.
     traceparent: Annotated[str, StringConstraints(max_length=128)] | None = None
     tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None

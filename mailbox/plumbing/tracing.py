@@ -15,7 +15,7 @@ variables ask for an exporter. Then:
   message's row holds: a span left open from the send would be lost with its process, and
   the delivery may come in another process, or after a restart;
 - an ``/a2a`` request's ``traceparent`` is the parent of its A2A send's span;
-- each writer batch (mailbox/engine/writer.py) is a span of its own, linked to the span each of
+- each writer batch (mailbox/plumbing/writer.py) is a span of its own, linked to the span each of
   its jobs was queued in (a send's, inside its tool call's).
 
 Attribute names follow the semantic conventions where one fits: GenAI's ``execute_tool``
@@ -146,7 +146,7 @@ def send_span(*, sender, target: str):
         return
     from opentelemetry.trace import SpanKind
 
-    from mailbox.operations.log_context import of_member
+    from mailbox.plumbing.log_context import of_member
 
     team = of_member(sender)["team"]
 
@@ -238,7 +238,7 @@ def delivered(*, member, message_id: str, seq: int, queued_at, accepted_at, trac
         return
     from opentelemetry.trace import SpanKind
 
-    from mailbox.operations.log_context import of_member
+    from mailbox.plumbing.log_context import of_member
 
     parent = _w3c.extract({TRACEPARENT: traceparent, **({TRACESTATE: tracestate} if tracestate else {})})
     now = time.time_ns()

@@ -13,7 +13,7 @@ Two kinds:
 """
 import threading
 
-from mailbox.operations import runtime
+from mailbox.plumbing import runtime
 from steerboard_protocol.crash import CrashPoints
 
 
