@@ -362,7 +362,22 @@ class AgentConsumer(_JsonFrames):
                 return
             log.warning("tool %s of %s failed", frame.name, self.member, exc_info=True)
             answer.update(TeamError(ErrorCode.SERVER_ERROR, "The server failed; this is a bug.").as_wire())
-        self.push({"type": "session.frame", "frame": answer})
+        if self.outbox or self.flushing:
+            self.push({"type": "session.frame", "frame": answer})  # after what waits to go out
+            return
+        # Nothing waits to go out: sent from here, as the flush would (no task of its own).
+        self.flushing = True
+        try:
+            await self.send_json(answer)
+        except Disconnected:
+            log.info("sending to %s stopped: the socket is closed", self.member)
+        except Exception:
+            log.warning("sending to %s failed", self.member, exc_info=True)
+        finally:
+            self.flushing = False
+            if self.outbox:  # pushed meanwhile
+                self.flushing = True
+                asyncio.ensure_future(self._flush())
 
     # --- what goes out: pushes from this process and channel-layer events, in order -------
     def push(self, event: dict) -> None:
