@@ -270,6 +270,10 @@ class Carried:
     async def answered(self) -> BaseException | None:
         """Once they are: None, or the failure of one that could not be stored (the database
         out of reach, or a bug): then the call must not be made."""
-        if self.writes:
-            await asyncio.wait(self.writes)
+        for write in self.writes:  # most are done already: no waiter for those
+            if not write.done():
+                try:
+                    await write  # a write cancelled with its socket ends this call with it
+                except Exception:  # noqa: BLE001 - answered as a refusal already (_answers)
+                    pass
         return self.session.write_failed
