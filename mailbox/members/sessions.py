@@ -185,7 +185,8 @@ class ConnectedSession:
         if done.cancelled():
             return
         frames = self._answers(outcomes, many)
-        if call_id is not None and not refused_next and frames and frames[-1]["frame"]["type"] == "acks":
+        last = frames[-1] if frames else None
+        if call_id is not None and not refused_next and last is not None and last["type"] == "session.frame" and last["frame"]["type"] == "acks":
             frames[-1] = {"type": "session.acks_held", "id": call_id, "acks": frames[-1]["frame"]["acks"]}
         for frame in frames:
             self.push(frame)
