@@ -185,9 +185,9 @@ class ConnectedSession:
         if done.cancelled():
             return
         frames = self._answers(outcomes, many)
-        last = frames[-1] if frames else None
-        if call_id is not None and not refused_next and last is not None and last["type"] == "session.frame" and last["frame"]["type"] == "acks":
-            frames[-1] = {"type": "session.acks_held", "id": call_id, "acks": frames[-1]["frame"]["acks"]}
+        last = frames[-1]["frame"] if frames and frames[-1]["type"] == "session.frame" else None
+        if call_id is not None and not refused_next and last is not None and last["type"] == "acks":
+            frames[-1] = {"type": "session.acks_held", "id": call_id, "acks": last["acks"]}
         for frame in frames:
             self.push(frame)
         for refusal in refused_next:
