@@ -34,6 +34,21 @@ APPLICATION = "config.asgi:application"
 DEPLOYMENT_TIMEOUTS = ("--http-timeout", "3700", "--ping-interval", "20", "--ping-timeout", "30")
 
 
+class Loopback:
+    """The addresses of a server listening on 127.0.0.1:``port`` (this daphne, or the tests'
+    in-process server, tests/support/inproc.py ``Served``)."""
+
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}"
+
+
 class DaphneFailed(RuntimeError):
     """The process ended before it answered, or did not answer in time: ``reason`` says which,
     the message adds the log's tail."""
@@ -43,7 +58,7 @@ class DaphneFailed(RuntimeError):
         self.reason = reason
 
 
-class DaphneProcess:
+class DaphneProcess(Loopback):
     """``python -m daphne -b BIND -p PORT [ARGS] config.asgi:application`` in the project's
     folder, with ``env``, its output appended to ``log_path``; ready once ``ready_path``
     answers 200 on 127.0.0.1."""
@@ -53,14 +68,6 @@ class DaphneProcess:
         self.port, self.env, self.log_path, self.bind = port, env, Path(log_path), bind
         self.args, self.ready_path = tuple(args), ready_path
         self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "daphne", "-b", self.bind, "-p", str(self.port), *self.args, APPLICATION]

@@ -133,6 +133,16 @@ def module_daphne_server(module_live_env):
 
 
 @pytest.fixture
+async def api():
+    """REST through httpx's ASGI transport to the application, in this process (tests/support/inproc.py ``Api``)."""
+    from tests.support.inproc import Api
+
+    client = Api()
+    yield client
+    await client.close()
+
+
+@pytest.fixture
 def inproc_env(transactional_db, tmp_path):
     """The test database, asked as a live environment is (tests/support/inproc.py)."""
     from tests.support.inproc import InProcessEnvironment
@@ -163,6 +173,16 @@ def served_thread(transactional_db, settings):
     server = ServedThread().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def own_database(tmp_path, monkeypatch):
+    """``(environment, server, pg)``: one daphne on a PostgreSQL cluster and a redis-server of the
+    test's own, which the test may stop (tests/support/live.py ``own_database``)."""
+    from tests.support.live import own_database
+
+    with own_database(tmp_path, monkeypatch) as running:
+        yield running
 
 
 def _shared(request) -> bool:

@@ -31,30 +31,15 @@ imported only when this model is chosen.
 """
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable
 from typing import Any
 
-from steerboard_agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
+from steerboard_agents.model import ModelReply, StepContext, ToolCall, Usage
 from steerboard_agents.transcript import Answer, system_prompt, transcript
+from steerboard_agents.vendor import VendorModel, count, input_schema, setting
 
-EXTRA = "anthropic"
-DEFAULT_MAX_RETRIES = 4
 DEFAULT_MAX_TOKENS = 4096  # the API needs a bound on every answer
 STARTS = "[the conversation so far]"  # a user turn before a history that starts with an answer
 GO_ON = "[continue]"  # a user turn after a history that ends with an answer
-
-
-def sdk():
-    """The ``anthropic`` package, or a ValueError saying which extra brings it."""
-    try:
-        return importlib.import_module("anthropic")
-    except ImportError as exc:
-        raise ValueError(
-            f"the anthropic models need the Anthropic SDK, which is not installed ({exc}): "
-            f"pip install 'steerboard[{EXTRA}]' (or pip install anthropic)"
-        ) from exc
 
 
 def messages_for(context: StepContext) -> list[dict]:
@@ -95,29 +80,22 @@ def tools_for(specs: list[dict]) -> list[dict]:
         {
             "name": spec["name"],
             "description": spec.get("description") or "",
-            "input_schema": spec.get("input_schema") or {"type": "object", "properties": {}},
+            "input_schema": input_schema(spec),
         }
         for spec in specs
     ]
-
-
-def _count(value) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def usage_of(message, model: str) -> Usage | None:
     usage = getattr(message, "usage", None)
     if usage is None:
         return None
-    read = _count(getattr(usage, "cache_read_input_tokens", 0))
-    written = _count(getattr(usage, "cache_creation_input_tokens", 0))
+    read = count(getattr(usage, "cache_read_input_tokens", 0))
+    written = count(getattr(usage, "cache_creation_input_tokens", 0))
     return Usage(
         model=getattr(message, "model", None) or model,
-        input_tokens=_count(getattr(usage, "input_tokens", 0)) + read + written,
-        output_tokens=_count(getattr(usage, "output_tokens", 0)),
+        input_tokens=count(getattr(usage, "input_tokens", 0)) + read + written,
+        output_tokens=count(getattr(usage, "output_tokens", 0)),
         cached_tokens=read,
     )
 
@@ -135,55 +113,41 @@ def reply_from(message, model: str) -> ModelReply:
     return ModelReply(text="\n\n".join(texts) or None, tool_calls=calls, usage=usage_of(message, model))
 
 
-class AnthropicMessagesModel:
+class AnthropicMessagesModel(VendorModel):
     """One member's model on the Messages API (``client``: an ``anthropic.AsyncAnthropic``)."""
 
-    def __init__(self, member: str, *, model: str, client, max_tokens: int = DEFAULT_MAX_TOKENS):
-        self.member = member
-        self.model = model
-        self.client = client
-        self.max_tokens = max_tokens
-        self._errors = sdk()
+    EXTRA = "anthropic"
+    TITLE = "Anthropic"
+    CLIENT = "AsyncAnthropic"
+    ERROR = "AnthropicError"
+    BASE_URL = "ANTHROPIC_BASE_URL"
 
-    async def aclose(self) -> None:
-        """Close the SDK's connections (the session calls it when it ends)."""
-        await self.client.close()
+    def __init__(self, member: str, *, model: str, client, max_tokens: int | None = DEFAULT_MAX_TOKENS):
+        super().__init__(member, model=model, client=client, max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
 
-    async def step(self, context: StepContext) -> ModelReply:
+    @classmethod
+    def credentials(cls, api_key: str | None) -> dict[str, str | None]:
+        key = setting(api_key, "ANTHROPIC_API_KEY")
+        token = None if key else setting(None, "ANTHROPIC_AUTH_TOKEN")
+        if not key and not token:
+            raise ValueError("anthropic models need an API key: set ANTHROPIC_API_KEY")
+        return {"api_key": key, "auth_token": token}
+
+    async def request(self, context: StepContext):
         options: dict[str, Any] = {}
         if context.tool_specs:
             options["tools"] = tools_for(context.tool_specs)
-        try:
-            message = await self.client.messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=system_prompt(context),
-                messages=messages_for(context),
-                **options,
-            )
-        except self._errors.AnthropicError as exc:
-            raise ModelError(f"anthropic: {exc.__class__.__name__}: {exc}") from exc
-        return reply_from(message, self.model)
+        return await self.client.messages.create(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=system_prompt(context),
+            messages=messages_for(context),
+            **options,
+        )
+
+    def reply(self, answer) -> ModelReply:
+        return reply_from(answer, self.model)
 
 
-def factory(
-    model: str,
-    *,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    max_tokens: int | None = None,
-) -> Callable[[str], Model]:
-    """The model factory for ``anthropic:<model>``: checks now that the SDK and a key are there."""
-    anthropic = sdk()
-    key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-    token = None if key else os.environ.get("ANTHROPIC_AUTH_TOKEN")
-    if not key and not token:
-        raise ValueError("anthropic models need an API key: set ANTHROPIC_API_KEY")
-    base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-
-    def make(member: str) -> AnthropicMessagesModel:
-        client = anthropic.AsyncAnthropic(api_key=key, auth_token=token, base_url=base, max_retries=max_retries)
-        return AnthropicMessagesModel(member, model=model, client=client, max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
-
-    return make
+sdk = AnthropicMessagesModel.sdk  # the SDK package, or a ValueError naming the extra
+factory = AnthropicMessagesModel.factory  # the model factory for ``anthropic:<model>``

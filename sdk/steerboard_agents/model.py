@@ -8,7 +8,8 @@ reply without tool calls ends the turn.
 Two models ship here: ``echo`` (answers what it was told, counting its inputs
 across the whole history) and, in ``steerboard_agents.keyless``, the keyless scripted
 Agent Teams profile. Neither needs a key or a network. The adapters for real
-models are ``steerboard_agents.openai_chat`` and ``steerboard_agents.anthropic_messages``.
+models are ``steerboard_agents.openai_chat`` and ``steerboard_agents.anthropic_messages``
+(what both share: ``steerboard_agents.vendor``).
 
 A reply may carry the vendor's ``usage`` (tokens in and out, the model's
 name); the turn runner records it on the first entry the reply produced. A

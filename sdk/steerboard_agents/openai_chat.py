@@ -31,28 +31,12 @@ only when this model is chosen.
 """
 from __future__ import annotations
 
-import importlib
 import json
-import os
-from collections.abc import Callable
 from typing import Any
 
-from steerboard_agents.model import Model, ModelError, ModelReply, StepContext, ToolCall, Usage
+from steerboard_agents.model import ModelError, ModelReply, StepContext, ToolCall, Usage
 from steerboard_agents.transcript import Answer, system_prompt, transcript
-
-EXTRA = "openai"
-DEFAULT_MAX_RETRIES = 4
-
-
-def sdk():
-    """The ``openai`` package, or a ValueError saying which extra brings it."""
-    try:
-        return importlib.import_module("openai")
-    except ImportError as exc:
-        raise ValueError(
-            f"the openai models need the OpenAI SDK, which is not installed ({exc}): "
-            f"pip install 'steerboard[{EXTRA}]' (or pip install openai)"
-        ) from exc
+from steerboard_agents.vendor import VendorModel, count, input_schema, setting
 
 
 def messages_for(context: StepContext) -> list[dict]:
@@ -86,7 +70,7 @@ def tools_for(specs: list[dict]) -> list[dict]:
             "function": {
                 "name": spec["name"],
                 "description": spec.get("description") or "",
-                "parameters": spec.get("input_schema") or {"type": "object", "properties": {}},
+                "parameters": input_schema(spec),
             },
         }
         for spec in specs
@@ -103,13 +87,6 @@ def _arguments(raw: str | None) -> dict:
     return value if isinstance(value, dict) else {"arguments_not_json": raw}
 
 
-def _count(value) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
 def usage_of(completion, model: str) -> Usage | None:
     usage = getattr(completion, "usage", None)
     if usage is None:
@@ -120,9 +97,9 @@ def usage_of(completion, model: str) -> Usage | None:
         cached = getattr(usage, "prompt_cache_hit_tokens", None)  # DeepSeek's name for it
     return Usage(
         model=getattr(completion, "model", None) or model,
-        input_tokens=_count(getattr(usage, "prompt_tokens", 0)),
-        output_tokens=_count(getattr(usage, "completion_tokens", 0)),
-        cached_tokens=_count(cached),
+        input_tokens=count(getattr(usage, "prompt_tokens", 0)),
+        output_tokens=count(getattr(usage, "completion_tokens", 0)),
+        cached_tokens=count(cached),
     )
 
 
@@ -141,55 +118,36 @@ def reply_from(completion, model: str) -> ModelReply:
     return ModelReply(text=message.content or None, tool_calls=calls, usage=usage_of(completion, model))
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(VendorModel):
     """One member's model on a chat-completions endpoint (``client``: an ``openai.AsyncOpenAI``)."""
 
-    def __init__(self, member: str, *, model: str, client, max_tokens: int | None = None):
-        self.member = member
-        self.model = model
-        self.client = client
-        self.max_tokens = max_tokens
-        self._errors = sdk()
+    EXTRA = "openai"
+    TITLE = "OpenAI"
+    CLIENT = "AsyncOpenAI"
+    ERROR = "OpenAIError"
+    BASE_URL = "OPENAI_BASE_URL"
 
-    async def aclose(self) -> None:
-        """Close the SDK's connections (the session calls it when it ends)."""
-        await self.client.close()
+    @classmethod
+    def credentials(cls, api_key: str | None) -> dict[str, str | None]:
+        key = setting(api_key, "OPENAI_API_KEY")
+        if not key:
+            raise ValueError(
+                "openai models need an API key: set OPENAI_API_KEY (a local server that checks none, "
+                "such as Ollama or vLLM, takes any value)"
+            )
+        return {"api_key": key}
 
-    async def step(self, context: StepContext) -> ModelReply:
+    async def request(self, context: StepContext):
         options: dict[str, Any] = {}
         if context.tool_specs:
             options["tools"] = tools_for(context.tool_specs)
         if self.max_tokens:
             options["max_tokens"] = self.max_tokens  # the name every compatible server knows
-        try:
-            completion = await self.client.chat.completions.create(
-                model=self.model, messages=messages_for(context), **options
-            )
-        except self._errors.OpenAIError as exc:
-            raise ModelError(f"openai: {exc.__class__.__name__}: {exc}") from exc
-        return reply_from(completion, self.model)
+        return await self.client.chat.completions.create(model=self.model, messages=messages_for(context), **options)
+
+    def reply(self, answer) -> ModelReply:
+        return reply_from(answer, self.model)
 
 
-def factory(
-    model: str,
-    *,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    max_tokens: int | None = None,
-) -> Callable[[str], Model]:
-    """The model factory for ``openai:<model>``: checks now that the SDK and a key are there."""
-    openai = sdk()
-    key = api_key or os.environ.get("OPENAI_API_KEY")
-    if not key:
-        raise ValueError(
-            "openai models need an API key: set OPENAI_API_KEY (a local server that checks none, "
-            "such as Ollama or vLLM, takes any value)"
-        )
-    base = base_url or os.environ.get("OPENAI_BASE_URL") or None
-
-    def make(member: str) -> OpenAIChatModel:
-        client = openai.AsyncOpenAI(api_key=key, base_url=base, max_retries=max_retries)
-        return OpenAIChatModel(member, model=model, client=client, max_tokens=max_tokens)
-
-    return make
+sdk = OpenAIChatModel.sdk  # the SDK package, or a ValueError naming the extra
+factory = OpenAIChatModel.factory  # the model factory for ``openai:<model>``

@@ -118,6 +118,25 @@ async def vendor_host(team: "Team", fake, lead_model: str, others_model: str):
         await asyncio.gather(running, return_exceptions=True)
 
 
+@asynccontextmanager
+async def worker_session(team: "Team", model, member: str = "worker"):
+    """``member`` spawned by the lead (no first prompt) and an SDK session of it on ``model``
+    against the team's server, running and connected: yields the session; stops it after."""
+    from steerboard_agents import AgentSession
+
+    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name=member, description="d", prompt="")
+    assert spawned.status_code == 200, spawned.text
+    session = AgentSession(team.server.url, await asyncio.to_thread(team.token, member), model, max_backoff=0.3)
+    running = asyncio.create_task(session.run())
+    try:
+        await asyncio.wait_for(session.connected.wait(), 30)
+        yield session
+    finally:
+        await session.stop()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 class Team:
     """A team on a live environment, read back through the REST API."""
 

@@ -9,8 +9,8 @@ import asyncio
 
 import pytest
 
-from steerboard_agents import AgentSession, Host, ModelReply, StepContext, ToolCall
-from tests.agents.support import Team
+from steerboard_agents import Host, ModelReply, StepContext, ToolCall
+from tests.agents.support import Team, worker_session
 from tests.agents.test_session_folding import until
 
 
@@ -59,13 +59,8 @@ def said(entries: list[dict]) -> list[str]:
 @pytest.mark.django_db(transaction=True)
 async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_reaches_it(inproc_env, served):
     team = Team(inproc_env, served, "asking-live")
-    assert (await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d",
-                                    prompt="")).status_code == 200
     model = AskingModel()
-    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, model) as session:
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="Ship the release.")
         await until(lambda: model.waits, "the model waiting for the answer")
         [ask] = await asyncio.to_thread(pending_asks, team)
@@ -86,10 +81,6 @@ async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_
         messages = {m["id"]: m for m in await asyncio.to_thread(team.messages)}
         assert messages[entry["source"]["message_id"]]["state"] == "delivered"
         assert messages[entry["source"]["message_id"]]["kind"] == "human_answer"
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -133,13 +124,8 @@ async def test_an_answer_to_a_member_whose_session_ended_is_delivered_when_its_h
 @pytest.mark.e2e
 async def test_an_ask_survives_a_server_restart_and_is_answered_after_it(live_env, daphne_server):
     team = Team(live_env, daphne_server, "asking-restart")
-    assert (await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d",
-                                    prompt="")).status_code == 200
     model = AskingModel()
-    session = AgentSession(daphne_server.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, model) as session:
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="Ship the release.")
         await until(lambda: model.waits, "the model waiting for the answer")
         connects = session.stats["connects"]
@@ -156,7 +142,3 @@ async def test_an_ask_survives_a_server_restart_and_is_answered_after_it(live_en
         [entry] = [e for e in session.entries if (e.get("source") or {}).get("kind") == "human-answer"]
         assert "Not before Monday." in entry["text"]
         assert await asyncio.to_thread(pending_asks, team) == []
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)

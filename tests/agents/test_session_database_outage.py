@@ -13,8 +13,7 @@ import pytest
 from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
 from tests.agents.support import Team
 from tests.agents.test_session_folding import until
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.support.live import postgres_run_only
 
 pytestmark = [
     pytest.mark.e2e,
@@ -32,21 +31,6 @@ class SlowScript:
         if context.step < STEPS:
             return ModelReply(text=f"step {context.step}", tool_calls=[ToolCall("list_agents", {})])
         return ModelReply(text="done")
-
-
-@pytest.fixture
-def own_database(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
-    environment = LiveEnvironment(tmp_path, scale_out=True)
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
 
 
 async def test_a_turn_through_a_database_outage_loses_no_entry(own_database):

@@ -6,8 +6,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from mailbox.operations import recovery
-from steerboard_agents import AgentSession, ModelReply, StepContext
-from tests.agents.support import Team
+from steerboard_agents import ModelReply, StepContext
+from tests.agents.support import Team, worker_session
 from tests.support.inproc import LIVE_TIMINGS
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,13 +37,8 @@ async def until(predicate, what, timeout=30):
 async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once(inproc_env, served, clock):
     team = Team(inproc_env, served, "folding")
     send = lambda message: asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message=message)
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
-    assert spawned.status_code == 200
     model = GatedModel()
-    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, model) as session:
         first = (await send("one")).json()["message_id"]
         await until(lambda: model.steps == 1, "the first step")
         second = (await send("two")).json()["message_id"]  # waits in the inbox: the step is held
@@ -79,21 +74,12 @@ async def test_a_repeated_steer_is_folded_and_the_history_holds_the_message_once
         assert [e["id"] for e in session.entries] == [e["id"] for e in history]
         messages = await asyncio.to_thread(team.messages)
         assert {m["id"]: m["state"] for m in messages} == {first: "delivered", second: "delivered"}
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
 
 
 async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_turn_once(inproc_env, served):
     team = Team(inproc_env, served, "prompt-race")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
-    assert spawned.status_code == 200
     model = GatedModel()
-    session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, model) as session:
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="work")
         await until(lambda: model.steps == 1, "the turn's first step")
         prompt = await asyncio.to_thread(team.prompt, "worker", "a human question")
@@ -114,7 +100,3 @@ async def test_a_prompt_that_arrives_during_a_turn_waits_and_runs_as_its_own_tur
         kinds = [(e["kind"], e.get("cause")) for e in history if e["kind"] in ("turn_start", "prompt")]
         assert kinds == [("turn_start", "steer"), ("turn_start", "prompt"), ("prompt", None)]
         assert sum(e["kind"] == "turn_start" for e in session.entries) == 2
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from steerboard_agents import AgentSession, ModelReply, StepContext
-from tests.agents.support import Team
+from steerboard_agents import ModelReply, StepContext
+from tests.agents.support import Team, worker_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -29,12 +29,7 @@ async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(inproc_e
     settings.STEERBOARD = {**settings.STEERBOARD, "HISTORY_BYTES_PER_MINUTE": 6000}
     server = served
     team = Team(inproc_env, server, "quota")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
-    assert spawned.status_code == 200
-    session = AgentSession(server.url, await asyncio.to_thread(team.token, "worker"), ShortModel(), max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, ShortModel()) as session:
         sent = []
         # The first message's turn is about the whole minute's bytes (the entry that carries
         # it, or the ones after it, wait for the quota); each later entry then waits for the
@@ -55,7 +50,3 @@ async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(inproc_e
         assert session.stats.get("quota_waits", 0) >= 1  # the quota did refuse, and the session waited
         states = {m["id"]: m["state"] for m in await asyncio.to_thread(team.messages)}
         assert [states[m] for m in sent] == ["delivered"] * 3
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)

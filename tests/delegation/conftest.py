@@ -1,14 +1,4 @@
 import pytest
-import pytest_asyncio
-
-from tests.support.inproc import Api
-
-
-@pytest_asyncio.fixture
-async def api():
-    client = Api()
-    yield client
-    await client.close()
 
 
 @pytest.fixture(autouse=True)

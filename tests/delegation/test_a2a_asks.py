@@ -33,14 +33,18 @@ def on_task(task_id: str, text: str) -> dict:
     return params
 
 
-async def test_a_task_waits_for_input_while_its_member_asks_and_the_callers_message_answers(api):
+async def worker_idle(api) -> tuple[str, Agent]:
+    """Team alpha's member ``worker``, its session connected and idle: its token and its session."""
     team = await team_new()
     worker_token = await spawn(api, team["lead"], "alpha", "worker")
     worker = Agent(worker_token)
     await worker.connect("idle")
-    token = await credential("planner")
+    return worker_token, worker
 
-    sent = await rpc(api.http, token, "SendMessage", send_params("Migrate the database."), path=PATH)
+
+async def task_working(api, token: str, worker: Agent, text: str) -> str:
+    """A task sent to the worker, whose session starts the prompt's turn: the task's id, once it is working."""
+    sent = await rpc(api.http, token, "SendMessage", send_params(text), path=PATH)
     task_id = sent.json()["result"]["task"]["id"]
     prompt = (await worker.expect("prompt"))["prompt"]
     for entry in (
@@ -50,6 +54,14 @@ async def test_a_task_waits_for_input_while_its_member_asks_and_the_callers_mess
         await worker.send({"type": "entry", "entry": entry})
         await worker.expect("ack")
     assert (await get_task(api, token, task_id))["status"]["state"] == "TASK_STATE_WORKING"
+    return task_id
+
+
+async def test_a_task_waits_for_input_while_its_member_asks_and_the_callers_message_answers(api):
+    worker_token, worker = await worker_idle(api)
+    token = await credential("planner")
+
+    task_id = await task_working(api, token, worker, "Migrate the database.")
 
     asked = await api.ok(worker_token, "ask_human", question="Drop the old table too?", options=["yes", "no"])
     waiting = await get_task(api, token, task_id)
@@ -76,23 +88,11 @@ async def test_a_task_waits_for_input_while_its_member_asks_and_the_callers_mess
 
 
 async def test_an_ask_made_before_the_tasks_turn_leaves_the_task_working_and_words_answer_an_open_question(api):
-    team = await team_new()
-    worker_token = await spawn(api, team["lead"], "alpha", "worker")
-    worker = Agent(worker_token)
-    await worker.connect("idle")
+    worker_token, worker = await worker_idle(api)
     token = await credential("planner")
     earlier = await api.ok(worker_token, "ask_human", question="An older question?")
 
-    sent = await rpc(api.http, token, "SendMessage", send_params("Write the report."), path=PATH)
-    task_id = sent.json()["result"]["task"]["id"]
-    prompt = (await worker.expect("prompt"))["prompt"]
-    for entry in (
-        {"id": "t1", "kind": "turn_start", "turn_id": "T1", "step": 0, "cause": "prompt"},
-        {"id": "p1", "kind": "prompt", "turn_id": "T1", "step": 0, "prompt_id": prompt["id"], "text": prompt["content"]},
-    ):
-        await worker.send({"type": "entry", "entry": entry})
-        await worker.expect("ack")
-    assert (await get_task(api, token, task_id))["status"]["state"] == "TASK_STATE_WORKING"
+    task_id = await task_working(api, token, worker, "Write the report.")
 
     asked = await api.ok(worker_token, "ask_human", question="Which quarter?")
     assert (await get_task(api, token, task_id))["status"]["message"]["parts"][0]["text"] == "Which quarter?"

@@ -10,8 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.support.live import postgres_run_only
 
 pytestmark = [
     pytest.mark.e2e,
@@ -19,21 +18,6 @@ pytestmark = [
     pytest.mark.timeout(300),
     postgres_run_only("a real PostgreSQL outage"),
 ]
-
-
-@pytest.fixture
-def cluster(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
-    environment = LiveEnvironment(tmp_path, scale_out=True)
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
 
 
 def calls(server, token: str) -> dict[str, httpx.Response]:
@@ -53,8 +37,8 @@ def calls(server, token: str) -> dict[str, httpx.Response]:
         }
 
 
-def test_a2a_answers_503_with_retry_after_while_postgresql_is_stopped_and_serves_again_after(cluster):
-    environment, server, pg = cluster
+def test_a2a_answers_503_with_retry_after_while_postgresql_is_stopped_and_serves_again_after(own_database):
+    environment, server, pg = own_database
     environment.team_create("crew")
     token = environment.manage_json("a2a_credential", "planner", "--team", "crew")["token"]
     before = calls(server, token)

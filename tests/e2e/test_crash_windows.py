@@ -15,24 +15,13 @@ import pytest
 
 from tests.support.audit import delivery_audit
 from tests.support.live import DaphneProcess
-from tests.support.wire_agent import WireAgent, send_message, wait_until
+from tests.support.wire_agent import WireAgent, send_message, spawn, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 RUNS = int(os.environ.get("STEERBOARD_CRASH_RUNS", "3"))
 MESSAGES_PER_TARGET = 8
 CRASH_EXIT = 137
-
-
-def spawn(server, lead: str, names: list[str]) -> None:
-    for name in names:
-        response = httpx.post(
-            f"{server.url}/api/v1/tools/spawn_teammate",
-            json={"name": name, "description": "d", "prompt": ""},
-            headers={"Authorization": f"Bearer {lead}"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
 
 
 class CrashingServer:

@@ -15,11 +15,10 @@ import time
 
 import httpx
 import pytest
-import websockets
 
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
-from tests.support.wire_agent import wait_until
+from tests.support import live
+from tests.support.live import postgres_run_only
+from tests.support.wire_agent import socket_open, spawn_with_tokens, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -31,40 +30,19 @@ pytestmark = [
 
 @pytest.fixture
 def own_database(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
     # Recovery's redelivery and reaping kept out of the way: what ends the ghosts is the
     # process's own reconcile, not a sweep that would push again or reap.
-    environment = LiveEnvironment(tmp_path, scale_out=True, STEERBOARD_REDELIVER_AFTER="60")
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
-
-
-async def _open(server, path: str, token: str, hello: bool):
-    ws = await websockets.connect(f"{server.ws_url}{path}", additional_headers={"Authorization": f"Bearer {token}"})
-    if hello:
-        await ws.send(json.dumps({"type": "hello", "status": "idle"}))
-        while json.loads(await ws.recv())["type"] != "welcome":
-            pass
-    return ws
+    with live.own_database(tmp_path, monkeypatch, STEERBOARD_REDELIVER_AFTER="60") as running:
+        yield running
 
 
 async def test_sockets_closed_during_a_postgresql_outage_leave_no_ghost_session_or_host(own_database):
     environment, server, pg = own_database
     team = environment.team_create("ghost")
     lead = team["lead"]["token"]
-    response = httpx.post(f"{server.url}/api/v1/tools/spawn_teammate", json={"name": "impl", "description": "d", "prompt": ""},
-                          headers={"Authorization": f"Bearer {lead}"}, timeout=30)
-    assert response.status_code == 200, response.text
-    token = environment.manage_json("member_token", "ghost", "impl")["token"]
-    host = await _open(server, "/ws/host/", team["host_token"], hello=False)
-    session = await _open(server, "/ws/agent/", token, hello=True)
+    token = spawn_with_tokens(environment, server, lead, "ghost", ["impl"])["impl"]
+    host = await socket_open(server, team["host_token"], "/ws/host/", hello=False)
+    session = await socket_open(server, token, "/ws/agent/", hello=True)
 
     def rows() -> tuple[str, int, int]:
         status = environment.query("SELECT session_state FROM teams_member WHERE name = 'impl'")[0][0]
@@ -92,7 +70,7 @@ async def test_sockets_closed_during_a_postgresql_outage_leave_no_ghost_session_
     sent = response.json()
     assert sent["status"] == "queued" and sent["delivery"]["host_connected"] is False
     # And a host that connects now is asked to resume it.
-    host = await _open(server, "/ws/host/", team["host_token"], hello=False)
+    host = await socket_open(server, team["host_token"], "/ws/host/", hello=False)
     try:
         start = None
         async with asyncio.timeout(10):

@@ -27,7 +27,7 @@ from tests.support.audit import delivery_audit, target_histories
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
 from tests.support.outage_run import StreamResult, recovery_seconds, stream
 from tests.support.services import PrivatePostgres, PrivateRedis
-from tests.support.wire_agent import WireAgent, wait_until
+from tests.support.wire_agent import WireAgent, spawn_with_tokens, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -64,20 +64,6 @@ def cluster(services, tmp_path, monkeypatch):
     a.stop()
     b.stop()
     environment.close()
-
-
-def spawn(environment, server, lead: str, team: str, names: list[str]) -> dict[str, str]:
-    tokens = {}
-    for name in names:
-        response = httpx.post(
-            f"{server.url}/api/v1/tools/spawn_teammate",
-            json={"name": name, "description": "d", "prompt": "p"},
-            headers={"Authorization": f"Bearer {lead}"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
-        tokens[name] = environment.manage_json("member_token", team, name)["token"]
-    return tokens
 
 
 async def _sessions_on(server, tokens: dict[str, str]) -> dict[str, WireAgent]:
@@ -142,7 +128,7 @@ async def _outage_mid_stream(cluster, take_away, bring_back, *, outage: float = 
     environment, a, b, pg, redis = cluster
     team = environment.team_create("faults")
     lead = team["lead"]["token"]
-    tokens = spawn(environment, b, lead, "faults", TARGETS)
+    tokens = spawn_with_tokens(environment, b, lead, "faults", TARGETS, prompt="p")
     agents = await _sessions_on(a, tokens)
     result = StreamResult()
     times = {}
@@ -242,7 +228,7 @@ async def test_a_30s_redis_outage_keeps_same_process_delivery_and_resumes_cross_
     environment, a, b, pg, redis = cluster
     team = environment.team_create("long")
     lead = team["lead"]["token"]
-    tokens = spawn(environment, b, lead, "long", ["local", "remote"])
+    tokens = spawn_with_tokens(environment, b, lead, "long", ["local", "remote"], prompt="p")
     agents = await _sessions_on(a, tokens)
     result = StreamResult()
     times = {}

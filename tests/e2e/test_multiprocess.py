@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.audit import delivery_audit, target_histories
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.wire_agent import WireAgent, WireHost, send_message, wait_until
+from tests.support.wire_agent import WireAgent, WireHost, send_message, spawn_with_tokens, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -38,20 +38,6 @@ def two_servers(scale_env):
     b.stop()
 
 
-def spawn(environment, server, lead_token: str, team: str, names: list[str]) -> dict[str, str]:
-    tokens = {}
-    for name in names:
-        response = httpx.post(
-            f"{server.url}/api/v1/tools/spawn_teammate",
-            json={"name": name, "description": "d", "prompt": ""},
-            headers={"Authorization": f"Bearer {lead_token}"},
-            timeout=30,
-        )
-        assert response.status_code == 200, response.text
-        tokens[name] = environment.manage_json("member_token", team, name)["token"]
-    return tokens
-
-
 def member_ids(environment) -> dict[str, int]:
     return {name: pk for pk, name in environment.query("SELECT id, name FROM teams_member")}
 
@@ -72,7 +58,7 @@ async def test_sessions_on_a_receive_in_order_what_is_sent_through_b(scale_env, 
     team = scale_env.team_create("mp")
     lead = team["lead"]["token"]
     names = ["alpha", "beta", "gamma"]
-    tokens = spawn(scale_env, b, lead, "mp", names)
+    tokens = spawn_with_tokens(scale_env, b, lead, "mp", names)
     agents = {n: WireAgent(n, tokens[n], [a.ws_url]).start() for n in names}
     try:
         await wait_until(lambda: all(x.welcomed.is_set() for x in agents.values()), timeout=30, what="hello on A")
@@ -103,7 +89,7 @@ async def test_a_host_on_b_cold_resumes_a_member_whose_message_was_sent_through_
     try:
         await asyncio.wait_for(host.connected.wait(), 10)
         # Provisioning goes through the host on B too; the session it starts says hello on B.
-        spawn(scale_env, a, lead, "mp", ["worker"])
+        spawn_with_tokens(scale_env, a, lead, "mp", ["worker"])
         await wait_until(lambda: "worker" in host.agents and host.agents["worker"].welcomed.is_set(), timeout=30,
                          what="worker provisioned")
         # The session ends: the member is inactive.
@@ -132,7 +118,7 @@ async def test_kill_9_of_one_process_mid_stream_loses_nothing_and_duplicates_not
     team = scale_env.team_create("mp")
     lead = team["lead"]["token"]
     names = ["n1", "n2", "n3", "n4"]
-    tokens = spawn(scale_env, b, lead, "mp", names)
+    tokens = spawn_with_tokens(scale_env, b, lead, "mp", names)
     # Sessions start on A and fail over to B.
     agents = {n: WireAgent(n, tokens[n], [a.ws_url, b.ws_url]).start() for n in names}
     sent = {n: [] for n in names}
@@ -171,7 +157,7 @@ async def test_a_member_left_running_by_a_killed_process_is_resumed_by_a_live_ho
     a, b = two_servers
     team = scale_env.team_create("mp")
     lead = team["lead"]["token"]
-    tokens = spawn(scale_env, b, lead, "mp", ["solo"])
+    tokens = spawn_with_tokens(scale_env, b, lead, "mp", ["solo"])
     doomed_host = WireHost(team["host_token"], a.ws_url, autostart=False).start()
     agent = WireAgent("solo", tokens["solo"], [a.ws_url], status="running").start()
     try:

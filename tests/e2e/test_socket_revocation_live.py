@@ -11,31 +11,12 @@ import pytest
 import websockets
 
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.wire_agent import wait_until
+from tests.support.wire_agent import socket_open, spawn, wait_until
 
 # The first two share one daphne and its environment (tests/conftest.py), each on a team of its own.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), pytest.mark.shared_server]
 
 BOUND = 5.0  # TOKEN_CACHE_SECONDS' default
-
-
-def _spawn(environment, server, lead: str, team: str, name: str) -> None:
-    response = httpx.post(
-        f"{server.url}/api/v1/tools/spawn_teammate",
-        json={"name": name, "description": "d", "prompt": ""},
-        headers={"Authorization": f"Bearer {lead}"},
-        timeout=30,
-    )
-    assert response.status_code == 200, response.text
-
-
-async def _session(server, token: str, hello: bool = True):
-    ws = await websockets.connect(f"{server.ws_url}/ws/agent/", additional_headers={"Authorization": f"Bearer {token}"})
-    if hello:
-        await ws.send(json.dumps({"type": "hello", "status": "idle"}))
-        while json.loads(await ws.recv())["type"] != "welcome":
-            pass
-    return ws
 
 
 async def _acting_until_closed(ws, frames: list[dict], target: str = "lead") -> tuple[int, float, list[dict]]:
@@ -75,9 +56,9 @@ async def _acting(ws) -> asyncio.Future:
 async def test_a_token_revoked_by_another_process_closes_its_open_socket_within_the_bound(live_env, daphne_server):
     team = live_env.team_create("rv")
     lead = team["lead"]["token"]
-    _spawn(live_env, daphne_server, lead, "rv", "impl")
+    spawn(daphne_server, lead, ["impl"])
     token = live_env.manage_json("member_token", "rv", "impl")["token"]
-    ws = await _session(daphne_server, token)
+    ws = await socket_open(daphne_server, token)
     acting = await _acting(ws)
 
     revoked_at = time.monotonic()
@@ -94,15 +75,15 @@ async def test_a_token_revoked_by_another_process_closes_its_open_socket_within_
     answered = sum(1 for f in frames if f["type"] == "tool_result" and "result" in f)
     assert answered <= stored <= answered + 2  # the answered ones, and any in flight at the close
     with pytest.raises(websockets.InvalidStatus):
-        await _session(daphne_server, token, hello=False)
+        await socket_open(daphne_server, token, hello=False)
 
 
 async def test_retiring_by_command_closes_every_socket_of_the_member(live_env, daphne_server):
     team = live_env.team_create("rt")
     lead = team["lead"]["token"]
-    _spawn(live_env, daphne_server, lead, "rt", "impl")
-    older = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
-    current = await _session(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
+    spawn(daphne_server, lead, ["impl"])
+    older = await socket_open(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
+    current = await socket_open(daphne_server, live_env.manage_json("member_token", "rt", "impl")["token"])
     acting = await _acting(older)
 
     retired_at = time.monotonic()
@@ -130,9 +111,9 @@ async def test_a_rest_revoke_on_one_process_closes_the_socket_held_by_another(tm
         team = environment.team_create("mp")
         lead = team["lead"]["token"]
         operator = environment.operator_create("op")["token"]
-        _spawn(environment, b, lead, "mp", "impl")
+        spawn(b, lead, ["impl"])
         token = environment.manage_json("member_token", "mp", "impl")["token"]
-        ws = await _session(a, token)
+        ws = await socket_open(a, token)
         acting = await _acting(ws)
 
         revoked_at = time.monotonic()
@@ -144,7 +125,7 @@ async def test_a_rest_revoke_on_one_process_closes_the_socket_held_by_another(tm
         print(f"\nsocket on A closed {closed_at - revoked_at:.2f}s after B revoked its token")
         assert code == 4401 and closed_at - revoked_at <= BOUND
         with pytest.raises(websockets.InvalidStatus):
-            await _session(a, token, hello=False)
+            await socket_open(a, token, hello=False)
     finally:
         a.stop()
         b.stop()

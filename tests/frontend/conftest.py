@@ -76,6 +76,34 @@ def open_team(page, server, team: str) -> None:
     expect(page.locator("body")).to_have_attribute("data-connection", "live")
 
 
+def operator_opens_team(page, environment, server, team: str, viewport: dict | None = None) -> None:
+    """A new operator ``op`` (``environment.operator_create``) signed in, on the team's page
+    (at ``viewport``'s size, when given)."""
+    environment.operator_create("op")
+    if viewport:
+        page.set_viewport_size(viewport)
+    login(page, server, "op", "pw-op")
+    open_team(page, server, team)
+
+
+def page_posts(page, posts: list[tuple[str, dict | None]]) -> list[list]:
+    """POST each ``(url, body)`` in turn from the signed-in page, with its session and its CSRF
+    token, as the page's own requests go (a forged one, say): each answer's [status, error code]."""
+    return page.evaluate(
+        """async (posts) => {
+            const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
+            const answers = [];
+            for (const [url, body] of posts) {
+              const r = await fetch(url, {method: "POST", body: JSON.stringify(body || {}),
+                headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
+              answers.push([r.status, (await r.json()).error.code]);
+            }
+            return answers;
+        }""",
+        [[url, body] for url, body in posts],
+    )
+
+
 def open_lane(page, member: str) -> None:
     """Open a member's lane (its summary row is a disclosure): its message columns, charts and
     timeline are shown only then. The page keeps it open across its live re-renders."""

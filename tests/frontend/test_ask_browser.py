@@ -9,7 +9,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, operator_opens_team, screenshot, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -24,9 +24,7 @@ def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
     tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
     coder_token = inproc_env.manage_json("member_token", "asking", "coder")["token"]
     coder = agents(server, coder_token, "running")
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "asking")
+    operator_opens_team(page, inproc_env, server, "asking")
     expect(page.locator('[data-attention-panel]')).to_be_visible()
 
     asked_at = time.monotonic()

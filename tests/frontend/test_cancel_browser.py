@@ -4,7 +4,7 @@ as cancelled, its trace ends on the cancel, and the session that connects later 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -18,9 +18,7 @@ def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(i
     keep = tool(server, lead, "send_message", target="coder", message="Build the parser.")
     drop = tool(server, lead, "send_message", target="coder", message="Delete the repository.")
     assert keep["status"] == drop["status"] == "queued"  # nobody runs coder yet
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "undo")
+    operator_opens_team(page, inproc_env, server, "undo")
 
     lane = page.locator('[data-member="coder"]')
     open_lane(page, "coder")  # its roster row opens to its message columns

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, operator_opens_team, screenshot, tool
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -68,10 +68,7 @@ def _no_horizontal_overflow(page) -> None:
 def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(inproc_env, served_thread, page):
     server = served_thread
     _team_with_history(inproc_env, server, "charts")
-    inproc_env.operator_create("op")
-    page.set_viewport_size({"width": 1280, "height": 900})
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "charts")
+    operator_opens_team(page, inproc_env, server, "charts", viewport={"width": 1280, "height": 900})
 
     panel = page.locator("#team-charts")
     expect(panel).to_have_attribute("data-window", "15m")
@@ -193,9 +190,7 @@ def test_the_leads_lane_is_not_in_a_turn_after_an_mcp_inbox_read(inproc_env, ser
     tool(server, lead, "spawn_teammate", name="implementer", description="d", prompt="")
     impl = inproc_env.manage_json("member_token", "poll", "implementer")["token"]
     sent = tool(server, impl, "send_message", target="lead", message="Done with task-1.")
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "poll")
+    operator_opens_team(page, inproc_env, server, "poll")
     lane = page.locator('[data-member="lead"]')
     expect(lane.locator(f'[data-message-id="{sent["message_id"]}"]')).to_have_attribute("data-state", "queued")
 

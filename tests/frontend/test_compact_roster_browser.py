@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -54,10 +54,7 @@ def _team_of_eight(inproc_env, server, name: str) -> dict:
 def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(inproc_env, served_thread, page):
     server = served_thread
     made = _team_of_eight(inproc_env, server, "eight")
-    inproc_env.operator_create("op")
-    page.set_viewport_size({"width": 1440, "height": 900})
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "eight")
+    operator_opens_team(page, inproc_env, server, "eight", viewport={"width": 1440, "height": 900})
 
     lanes = page.locator("#lanes > [data-member]")
     expect(lanes).to_have_count(8)
@@ -134,10 +131,7 @@ def test_a_team_of_eight_fits_a_laptop_screen_and_a_lane_opens_to_its_messages(i
 def test_charts_are_drawn_only_when_there_is_history_to_show(inproc_env, served_thread, page):
     server = served_thread
     made = _team_of_eight(inproc_env, server, "shortrun")
-    inproc_env.operator_create("op")
-    page.set_viewport_size({"width": 1440, "height": 900})
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "shortrun")
+    operator_opens_team(page, inproc_env, server, "shortrun", viewport={"width": 1440, "height": 900})
 
     # A short run: all its traffic is in the last minute or two. Numbers, no charts.
     panel = page.locator("#team-charts")

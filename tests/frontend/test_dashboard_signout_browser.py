@@ -6,7 +6,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot
+from tests.frontend.conftest import login, open_team, operator_opens_team, screenshot
 
 pytestmark = [pytest.mark.browser]
 
@@ -15,9 +15,7 @@ pytestmark = [pytest.mark.browser]
 def test_signing_out_in_one_tab_sends_the_other_tabs_to_the_login_page(inproc_env, served_thread, page, context):
     server = served_thread
     inproc_env.team_create("signout")
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "signout")
+    operator_opens_team(page, inproc_env, server, "signout")
     team_list = context.new_page()
     team_list.goto(server.url + "/")
 

@@ -9,9 +9,8 @@ it runs in the PostgreSQL run of scripts/test.sh.
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_team, screenshot, tool
-from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only
-from tests.support.services import PrivatePostgres, PrivateRedis
+from tests.frontend.conftest import operator_opens_team, screenshot, tool
+from tests.support.live import postgres_run_only
 
 pytestmark = [
     pytest.mark.e2e,
@@ -21,27 +20,10 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def own_database(tmp_path, monkeypatch):
-    pg = PrivatePostgres().start()
-    redis = PrivateRedis().start()
-    monkeypatch.setenv("DATABASE_URL", pg.url)
-    monkeypatch.setenv("REDIS_URL", redis.url)
-    environment = LiveEnvironment(tmp_path, scale_out=True)
-    server = DaphneProcess(environment).start()
-    yield environment, server, pg
-    server.stop()
-    environment.close()
-    redis.close()
-    pg.close()
-
-
 def test_the_dashboard_says_when_the_server_cannot_reach_its_database(own_database, page):
     environment, server, pg = own_database
     team = environment.team_create("omega")
-    environment.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "omega")
+    operator_opens_team(page, environment, server, "omega")
     indicator = page.locator(".conn[data-connection]")  # the top bar's; <body> has one too
     expect(indicator).to_have_text("live")
 

@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
 from tests.support.live import DaphneProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.slow]
@@ -14,9 +14,7 @@ def test_page_catches_up_with_what_happened_while_its_server_was_down(live_env, 
     try:
         team = live_env.team_create("delta")
         lead = team["lead"]["token"]
-        live_env.operator_create("op")
-        login(page, first, "op", "pw-op")
-        open_team(page, first, "delta")
+        operator_opens_team(page, live_env, first, "delta")
         page.evaluate("window.__sameDocument = true")
         expect(page.locator('[data-member="lead"]')).to_have_attribute("data-status", "inactive")
 

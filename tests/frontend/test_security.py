@@ -2,7 +2,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, operator_opens_team, page_posts, screenshot, tool
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -92,22 +92,11 @@ def test_viewer_sees_no_controls_and_forged_posts_are_refused(inproc_env, served
     screenshot(page, "viewer-no-controls")
 
     # Forged from the viewer's own signed-in page, with a valid CSRF token: refused all the same.
-    answers = page.evaluate(
-        """async ([team, messageId]) => {
-            const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
-            const post = async (url, body) => {
-              const r = await fetch(url, {method: "POST", body: JSON.stringify(body || {}),
-                headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
-              return [r.status, (await r.json()).error.code];
-            };
-            return [
-              await post(`/api/v1/teams/${team}/prompts`, {target: "implementer", content: "forged"}),
-              await post(`/api/v1/teams/${team}/messages/${messageId}/retry`),
-              await post(`/api/v1/teams/${team}/members/implementer/retry`),
-            ];
-        }""",
-        ["watch", sent["message_id"]],
-    )
+    answers = page_posts(page, [
+        ("/api/v1/teams/watch/prompts", {"target": "implementer", "content": "forged"}),
+        (f"/api/v1/teams/watch/messages/{sent['message_id']}/retry", None),
+        ("/api/v1/teams/watch/members/implementer/retry", None),
+    ])
     assert answers == [[403, "FORBIDDEN"]] * 3
     prompts = page.evaluate("async () => (await (await fetch('/api/v1/teams/watch/prompts')).json()).prompts")
     assert prompts == []
@@ -116,9 +105,7 @@ def test_viewer_sees_no_controls_and_forged_posts_are_refused(inproc_env, served
 def test_operator_post_without_csrf_token_is_refused(inproc_env, served_thread, page):
     server = served_thread
     inproc_env.team_create("csrf")
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "csrf")
+    operator_opens_team(page, inproc_env, server, "csrf")
     status = page.evaluate(
         """async () => (await fetch('/api/v1/teams/csrf/prompts', {method: 'POST',
             headers: {'Content-Type': 'application/json'},

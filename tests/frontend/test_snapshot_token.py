@@ -2,35 +2,19 @@
 what the dashboard reads; a wrong one gets a 401 JSON error, never the login page; a
 browser keeps its session. Through the real ASGI application (tests/support/inproc.py)."""
 import pytest
-import pytest_asyncio
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 
-from accounts.tokens import operator_token_create, operator_tokens_revoke
-from tests.support.inproc import Api, team_new
+from accounts.tokens import operator_tokens_revoke
+from tests.support.inproc import operator_token, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/teams/alpha/snapshot.json"
 
 
-@pytest_asyncio.fixture
-async def api():
-    client = Api()
-    yield client
-    await client.close()
-
-
-@database_sync_to_async
-def person(name: str, *, operator: bool) -> str:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return operator_token_create(user=user)
-
-
 async def test_an_operator_token_reads_the_snapshot(api):
     await team_new()
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
     response = await api.http.get(URL, headers={"Authorization": f"Token {token}"})
     assert response.status_code == 200, response.text
     body = response.json()
@@ -38,7 +22,7 @@ async def test_an_operator_token_reads_the_snapshot(api):
     assert [m["name"] for m in body["members"]] == ["lead"]
     assert "no-cache" in response.headers["cache-control"]
 
-    viewer = await person("watcher", operator=False)  # a viewer's token reads, as its login would
+    viewer = await operator_token("watcher", operator=False)  # a viewer's token reads, as its login would
     seen = await api.http.get(URL, headers={"Authorization": f"Token {viewer}"})
     assert seen.status_code == 200 and seen.json()["me"]["role"] == "viewer"
 
@@ -58,7 +42,7 @@ async def test_a_wrong_credential_gets_401_json_not_the_login_page(api, header):
 
 async def test_a_revoked_token_is_refused(api):
     await team_new()
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
     await database_sync_to_async(lambda: operator_tokens_revoke(user=User.objects.get(username="ops")))()
     response = await api.http.get(URL, headers={"Authorization": f"Token {token}"})
     assert response.status_code == 401
@@ -66,7 +50,7 @@ async def test_a_revoked_token_is_refused(api):
 
 async def test_a_browser_still_uses_its_session(api):
     await team_new()
-    await person("ops", operator=True)
+    await operator_token("ops", operator=True)
     anonymous = await api.http.get(URL)
     assert anonymous.status_code == 302 and anonymous.headers["location"].startswith("/login/")
 
@@ -82,7 +66,7 @@ async def test_a_browser_still_uses_its_session(api):
 
 
 async def test_an_unknown_team_with_a_token_is_a_json_404(api):
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
     response = await api.http.get("/teams/nope/snapshot.json", headers={"Authorization": f"Token {token}"})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "NOT_FOUND"

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 from websockets.exceptions import InvalidStatus
 
-from tests.frontend.conftest import login, open_team, screenshot, tool, ws_open
+from tests.frontend.conftest import login, open_team, page_posts, screenshot, tool, ws_open
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -68,17 +68,7 @@ def test_a_viewer_sees_no_team_or_token_forms_and_forged_posts_are_refused(inpro
     expect(page.locator('form[data-action="team-create"]')).to_have_count(0)
     open_team(page, server, "watched")
     expect(page.locator('form[data-action="host-token-rotate"]')).to_have_count(0)
-    answers = page.evaluate(
-        """async () => {
-            const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
-            const post = async (url, body) => {
-              const r = await fetch(url, {method: "POST", body: JSON.stringify(body || {}),
-                headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
-              return [r.status, (await r.json()).error.code];
-            };
-            return [await post("/api/v1/teams", {name: "forged"}), await post("/api/v1/teams/watched/host_token/rotate")];
-        }"""
-    )
+    answers = page_posts(page, [("/api/v1/teams", {"name": "forged"}), ("/api/v1/teams/watched/host_token/rotate", None)])
     assert answers == [[403, "FORBIDDEN"]] * 2
     assert _host_connects(server, team["host_token"])  # nothing rotated
     names = [t["team"] for t in httpx.get(f"{server.url}/api/v1/teams",

@@ -7,7 +7,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -31,9 +31,7 @@ def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(inproc_env, 
     lead = team["lead"]["token"]
     tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
     coder = agents(server, inproc_env.manage_json("member_token", "spend", "coder")["token"], "running")
-    inproc_env.operator_create("op")
-    login(page, server, "op", "pw-op")
-    open_team(page, server, "spend")
+    operator_opens_team(page, inproc_env, server, "spend")
 
     coder.entry("assistant_text", text="planning", turn_id="t1",
                 usage={"model": "gpt-test", "input_tokens": 1000, "output_tokens": 200, "cached_tokens": 400})

@@ -10,8 +10,8 @@ from datetime import datetime
 import httpx
 import pytest
 
-from steerboard_agents import AgentSession, ModelError, ModelReply, StepContext, ToolCall
-from tests.agents.support import Team
+from steerboard_agents import ModelError, ModelReply, StepContext, ToolCall
+from tests.agents.support import Team, worker_session
 from tests.frontend.conftest import AgentSession as WireSession
 from tests.frontend.conftest import ws_open
 
@@ -180,13 +180,8 @@ class ScriptedModel:
 
 async def test_the_sdks_entries_read_as_thinking_waiting_for_the_lead_then_failed(inproc_env, served_thread):
     team = Team(inproc_env, served_thread, "activity-sdk")
-    spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
-    assert spawned.status_code == 200
     model = ScriptedModel()
-    session = AgentSession(served_thread.url, await asyncio.to_thread(team.token, "worker"), model, max_backoff=0.3)
-    running = asyncio.create_task(session.run())
-    try:
-        await asyncio.wait_for(session.connected.wait(), 30)
+    async with worker_session(team, model) as session:
         await asyncio.to_thread(activity_is, team, "worker", "idle")
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="start")
         await asyncio.to_thread(activity_is, team, "worker", "working", "thinking")
@@ -194,10 +189,6 @@ async def test_the_sdks_entries_read_as_thinking_waiting_for_the_lead_then_faile
         await asyncio.to_thread(activity_is, team, "worker", "waiting_peer", "await_message from lead")
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="here you are")
         await asyncio.to_thread(activity_is, team, "worker", "failed", "anthropic: OverloadedError: 529 overloaded")
-    finally:
-        await session.stop()
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
 
 
 def test_a_turn_open_with_nothing_recorded_for_stall_after_is_stalled_and_needs_attention(

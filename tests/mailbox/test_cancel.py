@@ -7,22 +7,12 @@ import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
 
-from accounts.tokens import operator_token_create
 from mailbox.models import HistoryEntry, TeamMessage
 from mailbox.operations import recovery
-from tests.support.inproc import Agent, spawn, team_new, token_for
+from tests.support.inproc import Agent, person, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> dict:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 @database_sync_to_async

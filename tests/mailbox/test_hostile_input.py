@@ -3,7 +3,6 @@ websocket and never leaves a ghost session or host; a bad body is a 4xx with the
 JSON error shape, never a 500 or Django's HTML page. Runs on the test run's
 backend (SQLite, or PostgreSQL + Redis, where a NUL byte used to be a DataError)."""
 import asyncio
-import io
 import json
 
 import httpx
@@ -17,7 +16,7 @@ from mailbox.models import HistoryEntry, HostPresence, HumanPrompt, TeamMessage
 from mailbox.transports import consumers
 from mailbox.plumbing import wire
 from teams.models import Member, Task
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, manage_json, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -237,15 +236,6 @@ def stored() -> tuple:
     )
 
 
-@database_sync_to_async
-def operator() -> dict:
-    from django.core.management import call_command
-
-    out = io.StringIO()
-    call_command("operator_create", "op", "--json", stdout=out)
-    return json.loads(out.getvalue())
-
-
 DEEP = '{"target": "impl", "message": ' + nested(100_000) + "}"
 # (tool, raw body, status, code, the field the message names or None)
 REST_BAD = [
@@ -332,7 +322,7 @@ async def test_hostile_session_entries_are_refused_naming_the_field(api):
 async def test_hostile_operator_bodies_are_refused_with_the_json_error_shape(api):
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "impl")
-    op = await operator()
+    op = await manage_json("operator_create", "op")
     headers = {"Authorization": f"Token {op['token']}", "Content-Type": "application/json"}
     cases = [
         ("/api/v1/teams/alpha/prompts", nested(100_000), None),
@@ -357,7 +347,7 @@ async def test_bodies_over_the_upload_limit_answer_413_json(api, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 20_000
     team = await team_new()
     token = await spawn(api, team["lead"], "alpha", "impl")
-    op = await operator()
+    op = await manage_json("operator_create", "op")
     before = await stored()
     big = "x" * 30_000
     operator_auth = {"Authorization": f"Token {op['token']}"}

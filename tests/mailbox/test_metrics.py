@@ -4,13 +4,11 @@ operator's cancel), the counters agree with the team's Lead log and the gauges w
 mailbox; only an operator's token or an allowed address may scrape."""
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
 from prometheus_client.parser import text_string_to_metric_families
 
-from accounts.tokens import operator_token_create
 from mailbox.models import PENDING_STATES, LeadLogRecord, TeamMessage
 from mailbox.plumbing import metrics
-from tests.support.inproc import Agent, spawn, team_new, token_for
+from tests.support.inproc import Agent, person, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,14 +16,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _counts_afresh():
     metrics.reset()  # ids of an earlier test's teams come back after its tables were emptied
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> dict:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 def samples(text: str) -> dict[tuple, float]:

@@ -44,14 +44,21 @@ async def _until(predicate, timeout: float = 5.0) -> None:
             await asyncio.sleep(0.05)
 
 
-async def test_a_session_and_a_host_whose_detach_failed_are_ended_once_the_database_answers(api, monkeypatch):
-    team = await team_new("ghosts")
-    impl = await spawn(api, team["lead"], "ghosts", "impl")
+async def host_and_session(api, name: str, status: str) -> tuple[dict, Agent, Agent]:
+    """Team ``name`` with its host connected and a session of its member impl in ``status``,
+    both recorded as present."""
+    team = await team_new(name)
+    impl = await spawn(api, team["lead"], name, "impl")
     host = Agent(team["host"], path="/ws/host/")
     await host.connect(status=None)
     session = Agent(impl)
-    await session.connect("idle")
+    await session.connect(status)
     await _until(lambda: HostPresence.objects.exists())
+    return team, host, session
+
+
+async def test_a_session_and_a_host_whose_detach_failed_are_ended_once_the_database_answers(api, monkeypatch):
+    team, host, session = await host_and_session(api, "ghosts", "idle")
     session_failed = _failing_once(monkeypatch, sessions, "session_closed")
     host_failed = _failing_once(monkeypatch, hosts, "host_disconnected")
 
@@ -70,13 +77,7 @@ async def test_a_session_and_a_host_whose_detach_failed_are_ended_once_the_datab
 
 
 async def test_reconcile_leaves_the_rows_of_open_sockets_alone(api):
-    team = await team_new("alive")
-    impl = await spawn(api, team["lead"], "alive", "impl")
-    host = Agent(team["host"], path="/ws/host/")
-    await host.connect(status=None)
-    session = Agent(impl)
-    await session.connect("running")
-    await _until(lambda: HostPresence.objects.exists())
+    _, host, session = await host_and_session(api, "alive", "running")
 
     assert await database_sync_to_async(recovery.presence_reconcile)() == {"sessions_closed": 0, "hosts_dropped": 0}
     impl_member = await database_sync_to_async(lambda: Member.objects.get(name="impl"))()

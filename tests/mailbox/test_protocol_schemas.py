@@ -9,11 +9,10 @@ import json
 import jsonschema
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 
-from accounts.tokens import operator_token_create
 from mailbox.plumbing import wire
-from tests.support.inproc import Agent, team_new, token_for
+from tests.support.inproc import Agent, operator_token, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/api/v1/protocol/frames.json"
@@ -61,13 +60,6 @@ async def test_the_schemas_are_cacheable_and_read_only(api):
     refused = await api.http.post(URL, json={})
     assert refused.status_code == 405
     assert refused.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
-
-
-@database_sync_to_async
-def operator_token() -> str:
-    user = User.objects.create_user("ops", password="pw")
-    user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return operator_token_create(user=user)
 
 
 async def test_frames_the_server_sends_validate_against_the_schemas(api):

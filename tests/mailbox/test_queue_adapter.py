@@ -1,21 +1,11 @@
 """mailbox/members/sessions.py: human prompts through the Queue adapter are always their own turn."""
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
-from accounts.tokens import operator_token_create
 
 from mailbox.models import HumanPrompt
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, operator_token, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> str:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return operator_token_create(user=user)
 
 
 @database_sync_to_async
@@ -28,7 +18,7 @@ async def test_a_prompt_to_a_running_target_waits_for_its_turn_to_end_and_is_its
     target = await spawn(api, team["lead"], "alpha", "implementer")
     agent = Agent(target)
     await agent.connect("running")
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
 
     response = await api.http.post(
         "/api/v1/teams/alpha/prompts",
@@ -68,7 +58,7 @@ async def test_two_prompts_are_two_turns(api):
     target = await spawn(api, team["lead"], "alpha", "implementer")
     agent = Agent(target)
     await agent.connect("idle")
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
     headers = {"Authorization": f"Token {token}"}
     for content in ("first", "second"):
         response = await api.http.post(
@@ -91,7 +81,7 @@ async def test_a_viewer_can_read_but_not_prompt_or_retry(api):
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "implementer")
     sent = await api.ok(team["lead"], "send_message", target="implementer", message="stuck")
-    viewer = {"Authorization": f"Token {await person('watcher', operator=False)}"}
+    viewer = {"Authorization": f"Token {await operator_token('watcher', operator=False)}"}
 
     assert (await api.http.get("/api/v1/teams/alpha", headers=viewer)).status_code == 200
     listing = await api.http.get("/api/v1/teams/alpha/messages", headers=viewer)
@@ -109,7 +99,7 @@ async def test_a_viewer_can_read_but_not_prompt_or_retry(api):
 async def test_a_prompt_to_a_member_without_a_session_resumes_it_through_the_host(api):
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "implementer")
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
     response = await api.http.post(
         "/api/v1/teams/alpha/prompts",
         json={"target": "lead", "content": "begin"},
@@ -138,7 +128,7 @@ async def test_prompts_waiting_for_one_member_are_capped_on_the_operator_api_too
     settings.STEERBOARD = {**settings.STEERBOARD, "MAX_QUEUED_PROMPTS_PER_MEMBER": 2}
     team = await team_new()
     await spawn(api, team["lead"], "alpha", "implementer")  # no session: its prompts wait
-    token = await person("ops", operator=True)
+    token = await operator_token("ops", operator=True)
 
     async def prompt(target: str, content: str):
         return await api.http.post("/api/v1/teams/alpha/prompts", json={"target": target, "content": content},

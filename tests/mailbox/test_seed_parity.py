@@ -2,18 +2,15 @@
 prompt as the teammate's first turn, wait_agent on task changes, failed members."""
 import asyncio
 import contextlib
-import io
-import json
 
 import pytest
 from channels.db import database_sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management import call_command
 
 from mailbox.plumbing import events
 from mailbox.models import HistoryEntry, LeadLogRecord, TeamMessage
 from teams.models import Member
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, manage_json, spawn, team_new
 from tests.support.settings_env import settings_from_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,13 +21,6 @@ def inbox_of(name: str) -> list[tuple]:
     return list(
         TeamMessage.objects.filter(target__name=name).order_by("seq").values_list("seq", "kind", "state", "content")
     )
-
-
-@database_sync_to_async
-def operator() -> dict:
-    out = io.StringIO()
-    call_command("operator_create", "op", "--json", stdout=out)
-    return json.loads(out.getvalue())
 
 
 @database_sync_to_async
@@ -225,7 +215,7 @@ async def test_a_failed_member_takes_no_message_and_nothing_is_stored(api):
     assert await inbox_of("broken") == []
 
     # An operator's retry asks a host to provision it again; once up it takes messages.
-    op = await operator()
+    op = await manage_json("operator_create", "op")
     retried = await api.http.post(
         "/api/v1/teams/alpha/members/broken/retry", headers={"Authorization": f"Token {op['token']}"}
     )
@@ -362,7 +352,7 @@ async def test_a_queued_message_shows_its_attempt_and_why_it_waits(api):
     assert sent["status"] == "queued" and "do not resend" in sent["delivery"]["warnings"][0]
     reason = "implementer is inactive and no host is connected to resume it"
 
-    ops = await operator()
+    ops = await manage_json("operator_create", "op")
     headers = {"Authorization": f"Token {ops['token']}"}
     shown = (await api.http.get(f"/api/v1/teams/alpha/messages/{sent['message_id']}", headers=headers)).json()
     assert (shown["state"], shown["attempts"], shown["failures"], shown["last_error"]) == ("queued", 1, 0, reason)

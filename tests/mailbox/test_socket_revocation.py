@@ -17,22 +17,12 @@ import time
 import pytest
 from channels.db import database_sync_to_async
 
-from accounts.tokens import operator_token_create
 from mailbox.models import TeamMessage
 from teams.models import Member, Task
 from teams.tokens import member_tokens_delete
-from tests.support.inproc import Agent, spawn, team_new, token_for
+from tests.support.inproc import Agent, person, spawn, team_new, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def _operator() -> dict:
-    from django.contrib.auth.models import Group, User
-
-    user = User.objects.create_user("op", password="x" * 20)
-    user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 @database_sync_to_async
@@ -76,7 +66,7 @@ async def test_a_rest_revoke_closes_every_socket_of_the_members_tokens_at_once(a
     lead = Agent(team["lead"])
     await lead.connect("idle")
 
-    response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=await _operator())
+    response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=await person("op"))
     assert response.status_code == 200 and response.json()["revoked"] == 2
 
     for agent in (current, older, other_token):
@@ -171,7 +161,7 @@ async def test_retiring_closes_every_socket_of_the_member_and_their_frames_store
     await other.connect("idle")  # an older session...
     await session.connect("idle")  # ...superseded by this one, the member's recorded session
 
-    response = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=await _operator())
+    response = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=await person("op"))
     assert response.status_code == 200, response.text
     # What the older socket tries right after: nothing of it is done.
     await other.send({"type": "tool", "id": "t", "name": "team_task_create", "arguments": {"subject": "as retired"}})

@@ -6,23 +6,13 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, User
 
-from accounts.tokens import operator_token_create
 from config.asgi import application
 from mailbox.models import HostPresence
 from teams.models import Team
-from tests.support.inproc import Agent, auth, team_new
+from tests.support.inproc import Agent, auth, person, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> dict:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 async def host_refused(token: str) -> bool:

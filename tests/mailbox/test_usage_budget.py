@@ -10,12 +10,10 @@ which everything queued is delivered in order.
 """
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import Group, User
 
-from accounts.tokens import operator_token_create
 from mailbox.models import HumanPrompt, LeadLogRecord, LogKind, MemberUsage, TeamMessage
 from teams.models import Member
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, person, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,14 +23,6 @@ PRICES = {"gpt-test": {"input": 2.0, "output": 8.0, "cached": 0.5}}
 @pytest.fixture(autouse=True)
 def _prices(settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "MODEL_PRICES": PRICES, "SWEEP_INTERVAL": 0}
-
-
-@database_sync_to_async
-def person(name: str, operator: bool) -> dict:
-    user = User.objects.create_user(name, password="pw")
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 def reply(entry_id: str, *, model: str = "gpt-test", input_tokens: int, output_tokens: int, cached: int = 0,

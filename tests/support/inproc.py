@@ -12,8 +12,10 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
+from demo.daphne_process import Loopback
 from mailbox.transports import consumers
 from teams.services import member_token_create, team_create
+from tests.support.environment import ManageCommands
 
 _entry_ids = itertools.count(1)
 
@@ -236,6 +238,24 @@ def team_new(name: str = "alpha") -> dict:
 
 
 @database_sync_to_async
+def operator_token(name: str = "ops", operator: bool = True) -> str:
+    """A new dashboard user's REST token: an operator's, or a viewer's (``operator=False``)."""
+    from django.contrib.auth.models import Group, User
+
+    from accounts.tokens import operator_token_create
+
+    user = User.objects.create_user(name, password="pw")
+    if operator:
+        user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    return operator_token_create(user=user)
+
+
+async def person(name: str, operator: bool = True) -> dict:
+    """A new dashboard user's ``Authorization`` header for the operator REST API."""
+    return {"Authorization": f"Token {await operator_token(name, operator)}"}
+
+
+@database_sync_to_async
 def token_for(team: str, member: str) -> str:
     from teams.models import Member
 
@@ -264,7 +284,7 @@ def frames_json(frames) -> str:
     return json.dumps(frames, sort_keys=True)
 
 
-class Served:
+class Served(Loopback):
     """config.asgi's application served on a real socket by this test's own event loop
     (uvicorn as the ASGI server), for clients that need a URL: the SDK's sessions and
     host, MCP and A2A clients, streams that httpx's in-process transport cannot read as
@@ -317,14 +337,6 @@ class Served:
                     self._task.result()
                 await asyncio.sleep(0.01)
         return self
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
 
     def server_errors(self) -> list[int]:
         """The 5xx answers and the websockets closed with 1011 (an internal error)."""
@@ -404,7 +416,7 @@ async def sweeper_stop() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
-class InProcessEnvironment:
+class InProcessEnvironment(ManageCommands):
     """The test database asked what a live environment (tests/support/live.py) is asked:
     ``manage.py`` commands and SQL, run in this process, for helpers written for both
     (tests/agents/support.py ``Team``). Each call runs on a thread of its own and is waited
@@ -439,16 +451,6 @@ class InProcessEnvironment:
         out = io.StringIO()
         self._on_thread(lambda: call_command(*args, stdout=out))
         return out.getvalue()
-
-    def manage_json(self, *args: str) -> dict:
-        return json.loads(self.manage(*args, "--json"))
-
-    def team_create(self, name: str = "t") -> dict:
-        return self.manage_json("team_create", name)
-
-    def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
-        args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
-        return self.manage_json(*args, *(["--viewer"] if viewer else []))
 
     def database_url(self) -> str:
         """The test database as a ``DATABASE_URL`` for a process the test starts (a ``manage.py``

@@ -10,6 +10,7 @@ whatever the run is on (tests that need several processes); PostgreSQL and
 Redis on 127.0.0.1 are always there in CI (scripts/test.sh starts them).
 """
 import atexit
+import contextlib
 import json
 import os
 import secrets
@@ -24,7 +25,8 @@ import pytest
 
 from demo import daphne_process
 from demo.daphne_process import port_claim
-from tests.support.services import postgres_bin
+from tests.support.environment import ManageCommands
+from tests.support.services import PrivatePostgres, PrivateRedis, postgres_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +159,7 @@ def scale_out_urls() -> tuple[str, str]:
             os.environ.get("REDIS_URL") or os.environ.get("STEERBOARD_REDIS_URL", REDIS_URL_DEFAULT))
 
 
-class LiveEnvironment:
+class LiveEnvironment(ManageCommands):
     """One database (and channel-layer namespace) that several daphne processes may share.
 
     ``scale_out``: None follows the test run (SQLite + in-memory, or the run's
@@ -216,18 +218,6 @@ class LiveEnvironment:
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
-
-    def manage_json(self, *args: str) -> dict:
-        return json.loads(self.manage(*args, "--json"))
-
-    def team_create(self, name: str = "t") -> dict:
-        return self.manage_json("team_create", name)
-
-    def operator_create(self, username: str = "op", viewer: bool = False) -> dict:
-        args = ["operator_create", username, "--password", "pw-" + username, "--skip-password-validation"]
-        if viewer:
-            args.append("--viewer")
-        return self.manage_json(*args)
 
     def query(self, sql: str) -> list[tuple]:
         """Read the environment's database directly (checkers; no Django in this process)."""
@@ -303,3 +293,22 @@ class DaphneProcess(daphne_process.DaphneProcess):
     def start(self, timeout: float = 30) -> "DaphneProcess":
         self.env = {**self.environment.env, **self.extra_env}  # the environment as it is now
         return super().start(timeout)
+
+
+@contextlib.contextmanager
+def own_database(tmp_path: Path, monkeypatch, **settings_env: str):
+    """A PostgreSQL cluster and a redis-server of the test's own (tests/support/services.py),
+    for a test that stops the database for real, a live environment on them (with
+    ``settings_env``) and one daphne: ``(environment, server, pg)``, all ended after."""
+    with contextlib.ExitStack() as stack:
+        pg = PrivatePostgres().start()
+        stack.callback(pg.close)
+        redis = PrivateRedis().start()
+        stack.callback(redis.close)
+        monkeypatch.setenv("DATABASE_URL", pg.url)
+        monkeypatch.setenv("REDIS_URL", redis.url)
+        environment = LiveEnvironment(tmp_path, scale_out=True, **settings_env)
+        stack.callback(environment.close)
+        server = DaphneProcess(environment).start()
+        stack.callback(server.stop)
+        yield environment, server, pg

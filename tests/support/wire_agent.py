@@ -21,6 +21,36 @@ async def send_message(client: httpx.AsyncClient, base_url: str, token: str, tar
     return response.json()
 
 
+def spawn(server, lead: str, names: list[str], prompt: str = "") -> None:
+    """The lead spawns each of ``names`` over REST on a served application (a daphne process, or
+    ``served_thread``); each must answer 200."""
+    for name in names:
+        response = httpx.post(
+            f"{server.url}/api/v1/tools/spawn_teammate",
+            json={"name": name, "description": "d", "prompt": prompt},
+            headers={"Authorization": f"Bearer {lead}"},
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+
+
+def spawn_with_tokens(environment, server, lead: str, team: str, names: list[str], prompt: str = "") -> dict[str, str]:
+    """``spawn``, then a token of each (``manage.py member_token`` on the live environment)."""
+    spawn(server, lead, names, prompt)
+    return {name: environment.manage_json("member_token", team, name)["token"] for name in names}
+
+
+async def socket_open(server, token: str, path: str = "/ws/agent/", hello: bool = True):
+    """A websocket of our own on ``path`` with ``token``; with ``hello``, a session's hello
+    (idle) sent and the frames read up to its welcome."""
+    ws = await websockets.connect(f"{server.ws_url}{path}", additional_headers={"Authorization": f"Bearer {token}"})
+    if hello:
+        await ws.send(json.dumps({"type": "hello", "status": "idle"}))
+        while json.loads(await ws.recv())["type"] != "welcome":
+            pass
+    return ws
+
+
 async def wait_until(predicate, *, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
     """Poll a predicate until it holds; fail with what we waited for (bounded, no timing assertion)."""
     deadline = time.monotonic() + timeout

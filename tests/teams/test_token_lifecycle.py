@@ -7,13 +7,11 @@ import json
 from io import StringIO
 
 import pytest
-import pytest_asyncio
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from accounts.tokens import operator_token_create
 from teams.models import Member, MemberToken, Task, TokenKind
-from tests.support.inproc import Agent, Api, spawn, team_new
+from tests.support.inproc import Agent, person, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,23 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _no_sweeper(settings):
     settings.STEERBOARD = {**settings.STEERBOARD, "SWEEP_INTERVAL": 0}
-
-
-@pytest_asyncio.fixture
-async def api():
-    client = Api()
-    yield client
-    await client.close()
-
-
-@database_sync_to_async
-def _operator(name: str = "op", operator: bool = True) -> dict:
-    from django.contrib.auth.models import Group, User
-
-    user = User.objects.create_user(name, password="x" * 20)
-    if operator:
-        user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    return {"Authorization": f"Token {operator_token_create(user=user)}"}
 
 
 @database_sync_to_async
@@ -77,12 +58,12 @@ async def test_operators_revoke_a_members_tokens_by_rest_and_by_command(api):
     team = await team_new("alpha")
     impl = await spawn(api, team["lead"], "alpha", "impl")
     assert await _works(api, impl) == 200  # cached
-    viewer = await _operator("viewer", operator=False)
+    viewer = await person("viewer", operator=False)
     response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=viewer)
     assert response.status_code == 403
     assert await _works(api, impl) == 200
 
-    operator = await _operator()
+    operator = await person("op")
     response = await api.http.post("/api/v1/teams/alpha/members/impl/tokens/revoke", headers=operator)
     assert response.status_code == 200 and response.json() == {"member": "impl", "revoked": 1}
     assert await _works(api, impl) == 401
@@ -113,7 +94,7 @@ async def test_a_retired_member_has_no_working_token_no_session_no_messages_and_
             owner=Member.objects.get(name="impl"),
         )
     )()
-    operator = await _operator()
+    operator = await person("op")
 
     response = await api.http.post("/api/v1/teams/alpha/members/impl/retire", headers=operator)
     assert response.status_code == 200, response.text

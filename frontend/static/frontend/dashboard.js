@@ -548,78 +548,61 @@ async function act(button, url, done = "retried") {
   }
 }
 
-function promptForm(team) {
-  const form = document.querySelector('form[data-action="prompt"]');
+// An operator's form: on submit its button is disabled and its status line (.form-status) says
+// `busy` until send(form, status) settles; send posts and says in the status line what came
+// of it; a refusal reads "<failed>: <why>".
+function operatorForm(action, busy, failed, send) {
+  const form = document.querySelector(`form[data-action="${action}"]`);
   if (!form) return;
-  const status = form.querySelector("[data-prompt-status]");
+  const status = form.querySelector(".form-status");
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const data = new FormData(form);
     const submit = form.querySelector('button[type="submit"]');
     submit.disabled = true;
-    status.textContent = "sending…";
+    status.textContent = busy;
     try {
-      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/prompts`, {
-        target: data.get("target"), content: data.get("content"),
-      });
-      status.textContent = `queued for ${answer.prompt.target}`;
-      // The status line then follows the prompt in the snapshots (announce.js): started, completed.
-      Object.assign(status.dataset, {
-        promptRef: answer.prompt.id, promptTarget: answer.prompt.target, promptState: "queued",
-        promptAnsweredAt: String(performance.now()),
-      });
-      form.querySelector("textarea").value = "";
+      await send(form, status);
     } catch (error) {
-      status.textContent = `not sent: ${error.message}`;
+      status.textContent = `${failed}: ${error.message}`;
     } finally {
       submit.disabled = false;
     }
   });
 }
 
+function promptForm(team) {
+  operatorForm("prompt", "sending…", "not sent", async (form, status) => {
+    const data = new FormData(form);
+    const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/prompts`, {
+      target: data.get("target"), content: data.get("content"),
+    });
+    status.textContent = `queued for ${answer.prompt.target}`;
+    // The status line then follows the prompt in the snapshots (announce.js): started, completed.
+    Object.assign(status.dataset, {
+      promptRef: answer.prompt.id, promptTarget: answer.prompt.target, promptState: "queued",
+      promptAnsweredAt: String(performance.now()),
+    });
+    form.querySelector("textarea").value = "";
+  });
+}
+
 function budgetForm(team) {
-  const form = document.querySelector('form[data-action="budget"]');
-  if (!form) return;
-  const status = form.querySelector("[data-budget-status]");
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  operatorForm("budget", "saving…", "not saved", async (form, status) => {
     const raw = new FormData(form).get("tokens").trim();
-    const submit = form.querySelector('button[type="submit"]');
-    submit.disabled = true;
-    status.textContent = "saving…";
-    try {
-      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/budget`, { tokens: raw === "" ? null : Number(raw) });
-      status.textContent = answer.tokens === null ? "no budget" : `${answer.used} of ${answer.tokens} tokens used${answer.exhausted ? ": still used up" : ""}`;
-      form.querySelector('input[name="tokens"]').value = "";
-    } catch (error) {
-      status.textContent = `not saved: ${error.message}`;
-    } finally {
-      submit.disabled = false;
-    }
+    const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/budget`, { tokens: raw === "" ? null : Number(raw) });
+    status.textContent = answer.tokens === null ? "no budget" : `${answer.used} of ${answer.tokens} tokens used${answer.exhausted ? ": still used up" : ""}`;
+    form.querySelector('input[name="tokens"]').value = "";
   });
 }
 
 // The new host token, answered once by the server: shown here and nowhere again.
 function hostTokenForm(team) {
-  const form = document.querySelector('form[data-action="host-token-rotate"]');
-  if (!form) return;
-  const status = form.querySelector("[data-host-token-status]");
-  const shown = form.querySelector("[data-rotated]");
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const submit = form.querySelector('button[type="submit"]');
-    submit.disabled = true;
-    status.textContent = "rotating…";
-    try {
-      const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/host_token/rotate`);
-      shown.querySelector("[data-host-token]").textContent = answer.host_token;
-      shown.hidden = false;
-      status.textContent = "rotated: hosts with the old token are disconnected";
-    } catch (error) {
-      status.textContent = `not rotated: ${error.message}`;
-    } finally {
-      submit.disabled = false;
-    }
+  operatorForm("host-token-rotate", "rotating…", "not rotated", async (form, status) => {
+    const answer = await operatorPost(`/api/v1/teams/${encodeURIComponent(team)}/host_token/rotate`);
+    const shown = form.querySelector("[data-rotated]");
+    shown.querySelector("[data-host-token]").textContent = answer.host_token;
+    shown.hidden = false;
+    status.textContent = "rotated: hosts with the old token are disconnected";
   });
 }
 
@@ -674,33 +657,20 @@ function renderTeams(data) {
 
 // A team made by an operator: its Lead and host tokens, answered once, shown once.
 function teamCreateForm(refresh) {
-  const form = document.querySelector('form[data-action="team-create"]');
-  if (!form) return;
-  const status = form.querySelector("[data-team-create-status]");
-  const created = document.querySelector("[data-created-team]");
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  operatorForm("team-create", "creating…", "not created", async (form, status) => {
     const input = form.querySelector('input[name="name"]');
-    const submit = form.querySelector('button[type="submit"]');
-    submit.disabled = true;
-    status.textContent = "creating…";
-    try {
-      const answer = await operatorPost("/api/v1/teams", { name: input.value.trim() });
-      const link = created.querySelector("[data-created-link]");
-      link.textContent = answer.team;
-      link.href = `/teams/${encodeURIComponent(answer.team)}/`;
-      created.dataset.createdTeam = answer.team;
-      created.querySelector("[data-lead-token]").textContent = answer.lead.token;
-      created.querySelector("[data-host-token]").textContent = answer.host_token;
-      created.hidden = false;
-      status.textContent = `created ${answer.team}`;
-      input.value = "";
-      refresh();
-    } catch (error) {
-      status.textContent = `not created: ${error.message}`;
-    } finally {
-      submit.disabled = false;
-    }
+    const answer = await operatorPost("/api/v1/teams", { name: input.value.trim() });
+    const created = document.querySelector("[data-created-team]");
+    const link = created.querySelector("[data-created-link]");
+    link.textContent = answer.team;
+    link.href = `/teams/${encodeURIComponent(answer.team)}/`;
+    created.dataset.createdTeam = answer.team;
+    created.querySelector("[data-lead-token]").textContent = answer.lead.token;
+    created.querySelector("[data-host-token]").textContent = answer.host_token;
+    created.hidden = false;
+    status.textContent = `created ${answer.team}`;
+    input.value = "";
+    refresh();
   });
 }
 
