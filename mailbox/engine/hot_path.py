@@ -344,7 +344,9 @@ class EntryJob(_writer.Job):
         self.entry_id, self.kind = entry.id, entry.kind
         self.message_id = entry.delivers
         self.prompt_id = queue_adapter.prompt_started_by(entry)
-        self.data = json.dumps(entry.as_stored())
+        stored = entry.stored_json()
+        self.size = len(stored)  # bytes, for the history quota
+        self.data = stored.decode()
         self.usage = entry.usage
         self.delivered = False
         self.queued_at = None  # the delivered message's, for the send-to-delivered latency
@@ -625,7 +627,7 @@ def entry_job(*, member: Member, entry: wire.Entry) -> "EntryJob":
     """An entry's job, its size charged to the member's history quota: raises TeamError at
     once, storing nothing, when the quota refuses it (mailbox/plumbing/quota.py: in memory, no SQL)."""
     job = EntryJob(member=member, entry=entry)
-    quota.entry_charge(member_id=member.pk, size=len(job.data))
+    quota.entry_charge(member_id=member.pk, size=job.size)
     return job
 
 

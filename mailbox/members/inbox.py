@@ -4,7 +4,6 @@ reported in bulk (REST ``POST /api/v1/session/entries``), folded exactly as the
 websocket's ``entry`` frames are, so a polling session gets the same delivered
 guarantee as a connected one.
 """
-import json
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -68,7 +67,7 @@ def _quota_admitted(*, member, entries: list[wire.Entry]) -> tuple[list[wire.Ent
     (mailbox/plumbing/quota.py; its size is the entry's JSON as stored, as on the websocket)."""
     for index, entry in enumerate(entries):
         try:
-            quota.entry_charge(member_id=member.pk, size=len(json.dumps(entry.as_stored())))
+            quota.entry_charge(member_id=member.pk, size=len(entry.stored_json()))
         except TeamError as exc:
             exc.extra["entry_id"] = entry.id
             return entries[:index], exc

@@ -104,6 +104,7 @@ class ConnectedSession:
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
         self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
+        self.write_failed: BaseException | None = None  # an entry of this socket that could not be stored
 
     # --- hello, status, close ---------------------------------------------------------------
     async def hello(self, state: str) -> list[dict]:
@@ -131,14 +132,18 @@ class ConnectedSession:
         """An ``entry`` frame: answered by its ``ack`` (or an ``error`` frame)."""
         self._entries([entry], many=False)
 
-    def entries(self, entries: list["wire.Entry | TeamError"]) -> None:
+    def entries(self, entries: list["wire.Entry | TeamError"], *, call_id: str | None = None) -> "Carried":
         """An ``entries`` frame: each entry stored or refused as if it came alone (a refusal
         of one stops none of the others; a ``TeamError`` in the list is an entry that did not
         parse), all of them answered in order once the last is committed, the acks of
-        consecutive stored ones in one ``acks`` frame."""
-        self._entries(entries, many=True)
+        consecutive stored ones in one ``acks`` frame. Returns what a tool frame that carried
+        them waits for (``Carried``); ``call_id``: that tool frame's, whose ``tool_result``
+        may carry their last ``acks`` (a ``session.acks_held`` event: the websocket holds them
+        until it sends anything else)."""
+        self._entries(entries, many=True, call_id=call_id)
+        return Carried(self, list(self.writes))
 
-    def _entries(self, entries: list, *, many: bool) -> None:
+    def _entries(self, entries: list, *, many: bool, call_id: str | None = None) -> None:
         cap = quota.entries_per_request()
         # Each entry's outcome, in order: its job (answered by the job's future) or its refusal.
         outcomes: list[tuple[str | None, str | None, "hot_path.EntryJob | TeamError"]] = []
@@ -169,16 +174,21 @@ class ConnectedSession:
         done = writes[0] if len(writes) == 1 else asyncio.gather(*writes, return_exceptions=True)
         self.writes.append(done)
         self.entries_in_flight += len(writes)
-        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many))
+        done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many, call_id))
 
-    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool) -> None:
+    def _entries_done(self, done: asyncio.Future, outcomes: list, count: int, many: bool,
+                      call_id: str | None = None) -> None:
         self.entries_in_flight -= count
         with contextlib.suppress(ValueError):
             self.writes.remove(done)  # the oldest, unless the socket closed meanwhile
         refused_next = self.refused_after.pop(done, ())  # entries refused by the quota right after these
         if done.cancelled():
             return
-        for frame in self._answers(outcomes, many):
+        frames = self._answers(outcomes, many)
+        last = frames[-1]["frame"] if frames and frames[-1]["type"] == "session.frame" else None
+        if call_id is not None and not refused_next and last is not None and last["type"] == "acks":
+            frames[-1] = {"type": "session.acks_held", "id": call_id, "acks": last["acks"]}
+        for frame in frames:
             self.push(frame)
         for refusal in refused_next:
             self.push(refusal)
@@ -213,6 +223,7 @@ class ConnectedSession:
     def _entry_refusal(self, entry_id: str | None, exc: BaseException) -> dict:
         if isinstance(exc, TeamError):
             return {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
+        self.write_failed = exc  # a tool call that comes after it is not made (Carried)
         if outage.noted(exc, "an entry") is not None:
             return {"type": "session.unavailable", "entry_id": entry_id}
         log.warning("storing an entry of %s failed", self.member, exc_info=exc)
@@ -246,3 +257,24 @@ class ConnectedSession:
 
     def awaits_entries(self) -> bool:
         return bool(self.steered)
+
+
+class Carried:
+    """What a tool frame that carries entries waits for before its call runs: those entries
+    and every entry this socket sent before them answered (committed, or refused)."""
+
+    __slots__ = ("session", "writes")
+
+    def __init__(self, session: ConnectedSession, writes: list[asyncio.Future]):
+        self.session, self.writes = session, writes
+
+    async def answered(self) -> BaseException | None:
+        """Once they are: None, or the failure of one that could not be stored (the database
+        out of reach, or a bug): then the call must not be made."""
+        for write in self.writes:  # most are done already: no waiter for those
+            if not write.done():
+                try:
+                    await write  # a write cancelled with its socket ends this call with it
+                except Exception:  # noqa: BLE001 - answered as a refusal already (_answers)
+                    pass
+        return self.session.write_failed

@@ -202,6 +202,12 @@ class Entry(BaseModel):
     def as_stored(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
+    def stored_json(self) -> bytes:
+        """``as_stored()`` as the JSON text the history stores (UTF-8, compact), in one step of
+        pydantic's own serializer: half the CPU of dumping and then encoding. Its length is the
+        entry's size in bytes for the history quota (mailbox/plumbing/quota.py)."""
+        return self.__pydantic_serializer__.to_json(self, exclude_none=True)
+
 
 class Hello(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -229,6 +235,17 @@ class EntriesFrame(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: Literal["entries"]
     entries: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    # The session's status after these entries, as a ``status`` frame sent right after this
+    # one would set it (FEATURE_ENTRIES_STATUS): one frame for a turn's last entries and its idle.
+    status: Literal["idle", "running"] | None = None
+
+
+# The optional parts of client frames this server takes, named in its ``welcome`` (``features``):
+# a client uses one only when the welcome names it, so a new client keeps working with an older
+# server (whose client frames are closed: an unknown field is refused).
+FEATURE_TOOL_ENTRIES = "tool_entries"  # a tool frame's ``entries``
+FEATURE_ENTRIES_STATUS = "entries_status"  # an entries frame's ``status``
+FEATURES = [FEATURE_TOOL_ENTRIES, FEATURE_ENTRIES_STATUS]
 
 
 class ToolFrame(BaseModel):
@@ -246,6 +263,10 @@ class ToolFrame(BaseModel):
     # parse is ignored, as the W3C asks.
     traceparent: Annotated[str, StringConstraints(max_length=128)] | None = None
     tracestate: Annotated[str, StringConstraints(max_length=512)] | None = None
+    # History entries the call comes after (docs/protocol.md, "Tool frames"): stored or refused
+    # exactly as an ``entries`` frame sent just before this one, and the call runs only once they
+    # and every entry before them on the socket are answered (FEATURE_TOOL_ENTRIES).
+    entries: Annotated[list[dict[str, Any]], Field(min_length=1)] | None = None
 
 
 AgentFrame = TypeAdapter(
@@ -254,7 +275,7 @@ AgentFrame = TypeAdapter(
 _entry = TypeAdapter(Entry)
 
 
-def entries_parsed(frame: EntriesFrame) -> list["Entry | TeamError"]:
+def entries_parsed(frame: "EntriesFrame | ToolFrame") -> list["Entry | TeamError"]:
     """An ``entries`` frame's entries, each parsed on its own: an entry, or the refusal of
     one that does not parse (with its ``entry_id`` when it has a usable one)."""
     parsed: list[Entry | TeamError] = []
@@ -309,6 +330,11 @@ class Welcome(_ServerFrame):
     member: str
     team: str
     replay: int = Field(ge=0, description="how many steer frames follow at once: each undelivered message once")
+    features: list[str] = Field(
+        default_factory=list,
+        description="the optional parts of the client frames this server takes (docs/protocol.md): "
+                    "'tool_entries' (a tool frame's entries), 'entries_status' (an entries frame's status)",
+    )
 
 
 class SteerMessage(BaseModel):
@@ -412,6 +438,10 @@ class ToolResult(_ServerFrame):
     id: str
     result: dict[str, Any] | None = None
     error: ErrorBody | None = None
+    acks: list[dict[str, Any]] | None = Field(
+        None, description="the last acks of the entries the tool frame carried, as an ``acks`` frame's "
+                          "(present when no other frame went to the session between their commit and this answer)",
+    )
 
     @model_validator(mode="after")
     def _one_answer(self) -> "ToolResult":

@@ -262,23 +262,30 @@ class AgentConsumer(_JsonFrames):
         except ValidationError as exc:
             await self.send_json(_error(ErrorCode.VALIDATION_ERROR, _validation_message(exc)))
             return
-        if isinstance(frame, wire.ToolFrame):
-            self._tool_call(frame)
-            return
         session = self.session
+        if isinstance(frame, wire.ToolFrame):
+            carried = None
+            if frame.entries is not None:  # an entries frame just before the call, which waits for them
+                try:
+                    carried = self._entries(frame)
+                except TeamError as exc:
+                    await self.send_json({"type": "error", **exc.as_wire()})
+            self._tool_call(frame, carried)
+            return
         try:
             if isinstance(frame, wire.EntryFrame) and session.said_hello:
                 session.entry(frame.entry)
                 return
             if isinstance(frame, wire.EntriesFrame) and session.said_hello:
-                if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
-                    raise quota.too_many_entries(len(frame.entries))
-                session.entries(wire.entries_parsed(frame))
+                self._entries(frame)
+                if frame.status is not None:  # after these entries, as a status frame right after them
+                    await session.status(frame.status)
                 return
             if isinstance(frame, wire.Hello):  # after the entries before it, as a status
                 replay = await session.hello(frame.status)
                 await self.send_json(
-                    {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay)}
+                    {"type": "welcome", "member": self.member.name, "team": self.member.team.name, "replay": len(replay),
+                     "features": wire.FEATURES}
                 )
                 for message in replay:
                     await self.session_steer({"message": message})
@@ -291,23 +298,55 @@ class AgentConsumer(_JsonFrames):
         except TeamError as exc:
             await self.send_json({"type": "error", **exc.as_wire()})
 
-    # --- tool calls: beside the next frames, answered when each finishes ----------------------
-    def _tool_call(self, frame: "wire.ToolFrame") -> None:
-        refusal = self.session.tool_calls_full()
-        if refusal is not None:
-            refusal = tools.refused(frame.name, refusal)
-            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **refusal.as_wire()}})
-            return
-        try:
-            quota.request_charge(self.rate_key)
-        except TeamError as exc:
-            tools.refused(frame.name, exc)
-            self.push({"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id, **exc.as_wire()}})
-            return
-        self.session.tool_call_start(self._tool_run(frame))
+    def _entries(self, frame: "wire.EntriesFrame | wire.ToolFrame") -> "sessions.Carried":
+        """An entries frame's entries (or a tool frame's) to the session; refused whole (a
+        ``TeamError``, nothing stored) before hello or past the per-frame cap."""
+        if not self.session.said_hello:
+            raise TeamError(ErrorCode.VALIDATION_ERROR, "Say hello first.")
+        if len(frame.entries) > quota.entries_per_request():  # refused whole: none of them is stored
+            raise quota.too_many_entries(len(frame.entries))
+        call_id = frame.id if isinstance(frame, wire.ToolFrame) else None
+        return self.session.entries(wire.entries_parsed(frame), call_id=call_id)
 
-    async def _tool_run(self, frame: "wire.ToolFrame") -> None:
+    # --- tool calls: beside the next frames, answered when each finishes ----------------------
+    def _tool_call(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
+        refusal = self.session.tool_calls_full()
+        if refusal is None:
+            try:
+                quota.request_charge(self.rate_key)
+            except TeamError as exc:
+                refusal = exc
+        if refusal is None:
+            self.session.tool_call_start(self._tool_run(frame, carried))
+            return
+        answer = {"type": "session.frame", "frame": {"type": "tool_result", "id": frame.id,
+                                                     **tools.refused(frame.name, refusal).as_wire()}}
+        if carried is None:
+            self.push(answer)
+        else:  # after the answers of the entries it carried, as a call's result always is
+            asyncio.ensure_future(self._answer_after(carried, answer))
+
+    async def _answer_after(self, carried: "sessions.Carried", answer: dict) -> None:
+        await carried.answered()
+        self.push(answer)
+
+    async def _tool_run(self, frame: "wire.ToolFrame", carried: "sessions.Carried | None" = None) -> None:
         answer: dict = {"type": "tool_result", "id": frame.id}
+        if carried is not None:
+            # The history that led to the call is durable before it runs: its entries and every
+            # entry before them answered. One that could not be stored (the database is out of
+            # reach: the socket closes 4503) leaves the call unmade, as REST's 503 would.
+            failed = await carried.answered()
+            if failed is not None:
+                what = outage.unavailable(failed)
+                if what is not None:
+                    answer.update(outage.unavailable_body(what))
+                else:
+                    answer.update(tools.refused(frame.name, TeamError(
+                        ErrorCode.SERVER_ERROR, "An entry this call came after could not be stored; the call was not made.",
+                    )).as_wire())
+                self.push({"type": "session.frame", "frame": answer})
+                return
         try:
             answer["result"] = await tools.tool_call(
                 member=self.member, name=frame.name, arguments=frame.arguments, transport="ws",
@@ -323,7 +362,22 @@ class AgentConsumer(_JsonFrames):
                 return
             log.warning("tool %s of %s failed", frame.name, self.member, exc_info=True)
             answer.update(TeamError(ErrorCode.SERVER_ERROR, "The server failed; this is a bug.").as_wire())
-        self.push({"type": "session.frame", "frame": answer})
+        if self.outbox or self.flushing:
+            self.push({"type": "session.frame", "frame": answer})  # after what waits to go out
+            return
+        # Nothing waits to go out: sent from here, as the flush would (no task of its own).
+        self.flushing = True
+        try:
+            await self.send_json(answer)
+        except Disconnected:
+            log.info("sending to %s stopped: the socket is closed", self.member)
+        except Exception:
+            log.warning("sending to %s failed", self.member, exc_info=True)
+        finally:
+            self.flushing = False
+            if self.outbox:  # pushed meanwhile
+                self.flushing = True
+                asyncio.ensure_future(self._flush())
 
     # --- what goes out: pushes from this process and channel-layer events, in order -------
     def push(self, event: dict) -> None:
@@ -350,6 +404,28 @@ class AgentConsumer(_JsonFrames):
 
     async def session_frame(self, event):
         await self.send_json(event["frame"])
+
+    # --- a tool frame's entries: their last acks go in its tool_result --------------------------
+    held: tuple[str, list] | None = None  # (the tool frame's id, the acks its tool_result may carry)
+
+    async def session_acks_held(self, event):
+        """The last acks of a tool frame's entries: held until the next frame this socket sends,
+        which carries them when it is that call's tool_result (one frame instead of two), else
+        goes after them, so acks keep their order with everything else."""
+        if self.held is not None:
+            earlier, self.held = self.held, None
+            await super().send_json({"type": "acks", "acks": earlier[1]})
+        self.held = (event["id"], event["acks"])
+
+    async def send_json(self, content, close=False):
+        held = self.held
+        if held is not None:
+            self.held = None
+            if content.get("type") == "tool_result" and content.get("id") == held[0]:
+                content = {**content, "acks": held[1]}
+            else:
+                await super().send_json({"type": "acks", "acks": held[1]})
+        await super().send_json(content, close=close)
 
     async def session_steer(self, event):
         self.session.steer_sent(event["message"]["id"])

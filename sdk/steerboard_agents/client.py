@@ -107,8 +107,12 @@ class SocketTools:
     # The server takes at most 64 calls in flight per socket; past this many they go over REST.
     MAX_IN_FLIGHT = 32
 
-    def __init__(self, send: Callable[[str], Awaitable[Any]]):
+    def __init__(self, send: Callable[[str], Awaitable[Any]], outbox=None):
         self._send = send
+        # The session's outbox (sdk/steerboard_agents/outbox.py), whose unsent entries a call that
+        # must come after them carries, once the server says it takes them (``carries``).
+        self._outbox = outbox
+        self.carries = False
         self._waiting: dict[str, asyncio.Future] = {}
         self.probe_id = "probe-" + uuid.uuid4().hex
         self.state = "probing"  # then "ready" or "refused"; "closed" once the socket is gone
@@ -147,14 +151,39 @@ class SocketTools:
             if not waiter.done():
                 waiter.set_exception(AnswerLost("the websocket dropped before the answer came"))
 
-    async def call(self, name: str, arguments: dict, timeout: float) -> dict:
-        """Send one tool frame and return its ``tool_result`` frame."""
+    async def call(self, name: str, arguments: dict, timeout: float,
+                   durable: Callable[[], Awaitable[None]] | None = None) -> dict:
+        """Send one tool frame and return its ``tool_result`` frame.
+
+        ``durable``: the session's history must be durable before the call runs. The frame
+        carries the entries not yet sent (the server runs the call once they, and every entry
+        before them, are answered), or, where it cannot, ``durable()`` is awaited first."""
         if not self.ready:
             raise FrameNotSent(f"tool frames are {self.state} on this connection")
         if len(self._waiting) >= self.MAX_IN_FLIGHT:
             raise FrameNotSent(f"{len(self._waiting)} tool calls are in flight on this connection")
         frame = {"type": "tool", "id": (frame_id := uuid.uuid4().hex), "name": name, "arguments": arguments}
-        text = json.dumps({**frame, **tracing.trace_fields()})  # the call's trace, when the session traces
+        frame.update(tracing.trace_fields())  # the call's trace, when the session traces
+        carried = None
+        if durable is not None:
+            carried = self._outbox.carry() if self.carries and self._outbox is not None else None
+            if carried:
+                frame["entries"] = carried
+            else:
+                if carried is None or len(self._outbox):  # entries in flight, or not to be carried
+                    await durable()
+                    if not self.ready:
+                        raise FrameNotSent(f"tool frames are {self.state} on this connection")
+                carried = None
+        text = json.dumps(frame)
+        if len(text) > self.MAX_FRAME and carried is not None:  # the call alone, after the entries
+            self._outbox.uncarried(carried)
+            del frame["entries"]
+            carried = None
+            await durable()
+            if not self.ready:
+                raise FrameNotSent(f"tool frames are {self.state} on this connection")
+            text = json.dumps(frame)
         if len(text) > self.MAX_FRAME:  # ASCII (json.dumps escapes the rest): characters are bytes
             raise FrameNotSent(f"a {len(text)}-byte frame is larger than a server's websocket takes")
         waiter = asyncio.get_running_loop().create_future()
@@ -163,6 +192,8 @@ class SocketTools:
             try:
                 await self._send(text)
             except Exception as exc:  # it may have gone out before the socket failed
+                if carried is not None:
+                    self._outbox.uncarried(carried)
                 raise AnswerLost(f"sending the frame failed: {exc!r}") from exc
             try:
                 return await asyncio.wait_for(waiter, timeout)
@@ -216,7 +247,8 @@ class ServerClient:
             backoff = min(backoff * 2, self.max_backoff)
 
     # --- tools ---------------------------------------------------------------------------
-    async def tool(self, name: str, arguments: dict, *, call_id: str | None = None, repeat: bool = False) -> dict:
+    async def tool(self, name: str, arguments: dict, *, call_id: str | None = None, repeat: bool = False,
+                   durable: Callable[[], Awaitable[None]] | None = None) -> dict:
         """Call one Team tool; return its result or raise ToolError.
 
         Over the session's websocket when ``transport`` is ready, else (and for every
@@ -225,16 +257,21 @@ class ServerClient:
         ``repeat``: this call may already have been made (a resumed session runs again a call its
         history shows without a result), so a refusal is checked against the state like a lost answer.
 
+        ``durable``: what makes the session's history durable (its ``settle``), which the call
+        must come after: awaited before a REST call; a tool frame carries the entries instead
+        where the server takes them (``SocketTools.call``).
+
         The call is a span of its own when the session traces (sdk/steerboard_agents/tracing.py),
         and its frame or request carries that span's context to the server."""
         with tracing.tool_span(name, call_id) as span:
             try:
-                return await self._tool(name, arguments, call_id=call_id, repeat=repeat)
+                return await self._tool(name, arguments, call_id=call_id, repeat=repeat, durable=durable)
             except ToolError as exc:
                 tracing.tool_refused(span, exc.code)
                 raise
 
-    async def _tool(self, name: str, arguments: dict, *, call_id: str | None, repeat: bool) -> dict:
+    async def _tool(self, name: str, arguments: dict, *, call_id: str | None, repeat: bool,
+                    durable: Callable[[], Awaitable[None]] | None = None) -> dict:
         body = dict(arguments)
         if name in KEYED_TOOLS and call_id and "idempotency_key" not in body:
             body["idempotency_key"] = call_id[:128]
@@ -243,11 +280,14 @@ class ServerClient:
             timeout = body.get("timeout_ms", 30_000) / 1000 + 30
         ambiguous = False
         transport = self.transport
+        if durable is not None and (transport is None or not transport.ready):
+            await durable()  # the history first (it waits for a reconnect): then maybe over its socket
+            transport = self.transport
         if transport is not None and transport.ready:
             try:
-                answer = await transport.call(name, body, timeout)
-            except FrameNotSent:
-                pass
+                answer = await transport.call(name, body, timeout, durable)
+            except FrameNotSent as exc:
+                log.debug("tool %s over REST: %s", name, exc)
             except AnswerLost as exc:
                 log.info("tool %s over the websocket: %s; repeating it over REST", name, exc)
                 ambiguous = True
@@ -263,6 +303,8 @@ class ServerClient:
                 log.warning("tool %s over the websocket: the server failed; repeating it over REST", name)
                 ambiguous = True
                 await asyncio.sleep(0.1)
+        if durable is not None:
+            await durable()
         response, lost = await self._request(
             "POST", f"/api/v1/tools/{name}", json=body, timeout=timeout, headers=tracing.trace_fields() or None
         )

@@ -4,7 +4,9 @@ Every entry the session adds is reported at once, and the server acknowledges
 each (``ack``, or ``acks`` for several). Entries go out back to back, without waiting
 for the ack of the one before; those added before the session next waits for
 anything go in one frame (``entries``; one alone in an ``entry`` frame), so a turn's
-entries cost the server one frame and one answer where they can. ``settled()`` waits
+entries cost the server one frame and one answer where they can; where the server takes
+it (its welcome's ``features``), the tool frame that comes next carries them instead,
+and so does the status at a turn's end (``carry``). ``settled()`` waits
 until every entry reported so far is acknowledged, and the turn runner calls it before anything leaves the
 session (a tool call, the end of a turn), so what the conversation holds is
 durable before it has any effect; a turn's entries share the server's commits
@@ -29,6 +31,11 @@ log = logging.getLogger(__name__)
 # Entries in one ``entries`` frame at most: well below the server's default cap on entries
 # unacknowledged on one socket (STEERBOARD_MAX_ENTRIES_PER_REQUEST, 100).
 FRAME_ENTRIES = 20
+# How long a posted entry may wait for a frame that needs it (a tool call carries the entries
+# before it, a status the turn's last ones) before it goes in an ``entries`` frame of its own:
+# a model that answers at once sends its tool call with the entries that led to it, one frame
+# instead of two; a model that takes longer waits this much more to show them.
+FLUSH_DELAY = 0.002
 
 
 class Outbox:
@@ -43,6 +50,7 @@ class Outbox:
         self._unsent: list[dict] = []  # posted, to go in the next frame
         self._flushing: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self._paused: set[str] = set()  # refused by the history quota, to go again after a pause
 
     def holds(self, entry_id: str | None) -> bool:
         return entry_id in self._unacked
@@ -64,7 +72,8 @@ class Outbox:
     async def post(self, entry: dict) -> asyncio.Future:
         """Send the entry without waiting for its ack: the future answers as ``report`` would
         (a refusal as ``ToolError``). Entries posted one after another keep their order; those
-        posted before the event loop next runs something else go out in one frame."""
+        posted within FLUSH_DELAY of the first go out in one frame, or with the frame that
+        needs them first (``carry``)."""
         waiter = self._waiters.get(entry["id"])
         if waiter is None or waiter.done():
             waiter = asyncio.get_running_loop().create_future()
@@ -73,9 +82,39 @@ class Outbox:
             self._waiters[entry["id"]] = waiter
         self._unacked[entry["id"]] = entry
         self._unsent.append(entry)
-        if len(self._unsent) == 1:  # held here: the loop keeps only a weak reference to a task
-            self._flushing = asyncio.get_running_loop().create_task(self.flush())
+        if len(self._unsent) == 1:
+            asyncio.get_running_loop().call_later(FLUSH_DELAY, self._flush_soon)
         return waiter
+
+    def _flush_soon(self) -> None:
+        if self._unsent:  # held here: the loop keeps only a weak reference to a task
+            self._flushing = asyncio.get_running_loop().create_task(self.flush())
+
+    def carry(self) -> list[dict] | None:
+        """The entries posted and not yet sent, taken for the frame about to be sent (a tool
+        frame's or an entries frame's with a status: in flight on it from now on, in order
+        after everything sent before), at most FRAME_ENTRIES; [] when there are none. None
+        when they cannot go that way: a flush or a resend is under way, there are more, or one
+        waits out a quota pause (then ``settled()`` first)."""
+        if self._paused or self._lock.locked() or len(self._unsent) > FRAME_ENTRIES:
+            return None
+        unsent, self._unsent = self._unsent, []
+        self._inflight.extend(entry["id"] for entry in unsent)
+        return unsent
+
+    def uncarried(self, entries: list[dict]) -> None:
+        """The frame that took them did not go out: they go in the next flush (or, the
+        connection gone, after the next welcome)."""
+        for entry in entries:
+            with contextlib.suppress(ValueError):
+                self._inflight.remove(entry["id"])
+        self._unsent[:0] = [entry for entry in entries if entry["id"] in self._unacked]
+        if self._unsent:
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+
+    def in_flight(self) -> bool:
+        """Whether an entry sent on this connection is still unanswered."""
+        return bool(self._inflight)
 
     async def flush(self) -> None:
         """Send what was posted and not yet sent (before any other frame of the session)."""
@@ -111,6 +150,7 @@ class Outbox:
         """A new connection is ready: send again everything not acknowledged, in order."""
         async with self._lock:
             self._unsent = []
+            self._paused.clear()  # sent again now, paused or not
             await self._send_all(list(self._unacked.values()))
 
     # --- the server's answers ------------------------------------------------------------------
@@ -128,10 +168,12 @@ class Outbox:
         its reporter waits meanwhile."""
         with contextlib.suppress(ValueError):
             self._inflight.remove(entry_id)
+        self._paused.add(entry_id)
         log.warning("history quota: entry %s goes again in %.1f s", entry_id, pause)
         asyncio.get_running_loop().call_later(pause, lambda: asyncio.ensure_future(self._resend(entry_id)))
 
     async def _resend(self, entry_id: str) -> None:
+        self._paused.discard(entry_id)
         entry = self._unacked.get(entry_id)
         if entry is None or entry_id in self._inflight:
             return  # acknowledged meanwhile, or a welcome already sent it again

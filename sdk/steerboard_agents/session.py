@@ -80,6 +80,7 @@ class AgentSession:
         self._outbox = Outbox(self._send, on_acked=self._acked)
         self._ws = None
         self._tools: SocketTools | None = None  # tool calls on the current connection
+        self._features: set[str] = set()  # the welcome's: the optional frame fields the server takes
         self._stopping = asyncio.Event()
         self._turns = Turns(self, self._inbox, model=model, model_factory=model_factory, stopping=self._stopping)
         self._tasks: list[asyncio.Task] = []
@@ -183,7 +184,7 @@ class AgentSession:
     async def _converse(self, ws) -> None:
         self._ws = ws
         self._outbox.connection_new()
-        self._tools = SocketTools(ws.send)
+        self._tools = SocketTools(ws.send, self._outbox)
         # The probe goes first: a server that does not know tool frames refuses it before its welcome.
         await ws.send(json.dumps(self._tools.probe_frame()))
         await ws.send(json.dumps({"type": "hello", "status": self.status}))
@@ -226,7 +227,9 @@ class AgentSession:
             self.client.member = self.member
             replay = int(frame.get("replay") or 0)
             self.stats["connects"] += 1
+            self._features = set(frame.get("features") or ())  # what else this server's frames take
             if self._tools is not None:
+                self._tools.carries = "tool_entries" in self._features
                 self._tools.welcomed()
                 if self._tools.ready:
                     self.client.transport = self._tools
@@ -247,6 +250,8 @@ class AgentSession:
             for ack in frame.get("acks") or ():
                 self._outbox.acked(ack.get("entry_id"), folded=bool(ack.get("folded")))
         elif kind == "tool_result":
+            for ack in frame.get("acks") or ():  # the last acks of the entries its tool frame carried
+                self._outbox.acked(ack.get("entry_id"), folded=bool(ack.get("folded")))
             if self._tools is not None:
                 self._tools.answer(frame)
         elif kind == "error":
@@ -321,14 +326,30 @@ class AgentSession:
         """Wait until the server holds every entry added so far."""
         await self._outbox.settled()
 
-    async def status_set(self, status: str) -> None:
-        """Report ``running`` or ``idle`` (for sdk/steerboard_agents/turns.py)."""
+    async def status_set(self, status: str, *, sent: bool = False) -> None:
+        """Report ``running`` or ``idle`` (for sdk/steerboard_agents/turns.py); ``sent``: it
+        already went (``status_carry``)."""
         self.status = status
         if status == "idle":
             self.idle.set()
         else:
             self.idle.clear()
-        await self._status_send(status)
+        if not sent:
+            await self._status_send(status)
+
+    async def status_carry(self, status: str) -> bool:
+        """Send ``status`` with the entries not yet sent, in one ``entries`` frame, where the
+        server takes that (its welcome's ``entries_status``): it sets the status once they are
+        stored. False when it did not go that way (then ``status_set`` sends it)."""
+        if "entries_status" not in self._features or not self.connected.is_set():
+            return False
+        carried = self._outbox.carry()
+        if not carried:
+            return False
+        if await self._send({"type": "entries", "entries": carried, "status": status}):
+            return True
+        self._outbox.uncarried(carried)
+        return False
 
 
 def _describe(entry: dict) -> str:

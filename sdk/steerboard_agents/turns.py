@@ -321,7 +321,10 @@ class Turns:
     async def _run_tool(self, turn_id: str, step: int, call: dict, repeat: bool = False) -> bool:
         """Run one reported tool call and report its result. False when interrupted."""
         arguments = call.get("arguments") or {}
-        await self._session.settle()  # the call and everything before it are durable before it runs
+        if call["tool"] not in TEAM_TOOLS:
+            await self._session.settle()  # the call and everything before it are durable before it runs
+        # A Team tool's call settles the same way, or its tool frame carries the entries not yet sent
+        # (the server runs it once they are stored): ServerClient.tool's ``durable``.
         outcome = await self._interruptible(self._execute(call["tool"], arguments, call["call_id"], repeat=repeat))
         result = {"kind": "tool_result", "turn_id": turn_id, "step": step, "call_id": call["call_id"], "tool": call["tool"]}
         if outcome is None:
@@ -338,7 +341,8 @@ class Turns:
                 return {"result": await self._await_message(**arguments)}
             if name not in TEAM_TOOLS:
                 raise ToolError("NOT_FOUND", f"No tool named {name!r}.")
-            return {"result": await self._session.client.tool(name, arguments, call_id=call_id, repeat=repeat)}
+            return {"result": await self._session.client.tool(name, arguments, call_id=call_id, repeat=repeat,
+                                                              durable=self._session.settle)}
         except ToolError as exc:
             return {"error": exc.as_dict()}
         except TypeError as exc:
@@ -418,11 +422,14 @@ class Turns:
             entry["error"] = error
         self._trace.ended(reason, error)
         await self._report(entry)
+        # The idle status goes with the turn's last entries where the server takes that (it sets
+        # it once they are stored), else after their acks.
+        sent = await self._session.status_carry("idle")
         await self._session.settle()
         log.info("%s: turn %s ended (%s)", self._session.member, turn_id, reason)
         self._in_turn = False
         self._interrupt.clear()
-        await self._session.status_set("idle")
+        await self._session.status_set("idle", sent=sent)
 
 
 def _arrived(message: dict) -> dict:

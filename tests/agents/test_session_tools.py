@@ -207,23 +207,28 @@ async def test_a_server_without_tool_frames_gets_the_calls_over_rest(inproc_env,
             await asyncio.gather(running, return_exceptions=True)
 
 
-async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(inproc_env, served):
+async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_are_held(inproc_env, served, monkeypatch):
     """The session sends a turn's entries back to back, without waiting for each ack (they share
-    the server's commits; those added together go in one ``entries`` frame), yet when a tool call leaves the session every entry before it is
-    acknowledged, and the turn ends (status idle) only once its last entry is."""
+    the server's commits; those added together go in one frame: an ``entries`` frame, or the
+    tool frame that comes next), yet when the server runs a tool call every entry the session
+    added before it is stored, and the turn ends (status idle) only once its last entry is."""
+    from mailbox.transports import tools as server_tools
+
     team = Team(inproc_env, served, "settled-entries")
     spawned = await asyncio.to_thread(team.tool, "lead", "spawn_teammate", name="worker", description="d", prompt="")
     assert spawned.status_code == 200
     session = AgentSession(served.url, await asyncio.to_thread(team.token, "worker"), Script(*WORKER_SCRIPT),
                            max_backoff=0.3)
     outbox = session._outbox
-    unacked_at_call: list[int] = []
+    added_at_call: list[set[str]] = []  # the session's entries when it made each Team tool call
+    stored_at_run: list[set[str]] = []  # the worker's stored history when the server ran each
     most_in_flight = 0
-    sent_together: list[int] = []  # entries per frame
-    call, send = session.client.tool, outbox._send
+    sent_together: list[int] = []  # entries per frame (entries frames, and tool frames that carried some)
+    call, send, carry = session.client.tool, outbox._send, outbox.carry
+    server_call = server_tools.tool_call
 
     async def observed_call(name, arguments, **kwargs):
-        unacked_at_call.append(len(outbox))
+        added_at_call.append({e["id"] for e in session.entries})
         return await call(name, arguments, **kwargs)
 
     async def observed_send(frame):
@@ -233,13 +238,27 @@ async def test_a_turns_entries_share_round_trips_but_nothing_leaves_before_they_
         most_in_flight = max(most_in_flight, len(outbox._inflight))
         return sent
 
-    session.client.tool, outbox._send = observed_call, observed_send
+    def observed_carry():
+        carried = carry()
+        if carried:
+            sent_together.append(len(carried))
+        return carried
+
+    async def observed_run(*, member, **kwargs):
+        if member.name == "worker" and session.connected.is_set():  # not the probe before hello
+            stored_at_run.append({e["id"] for e in await asyncio.to_thread(team.history, "worker")})
+        return await server_call(member=member, **kwargs)
+
+    session.client.tool, outbox._send, outbox.carry = observed_call, observed_send, observed_carry
+    monkeypatch.setattr(server_tools, "tool_call", observed_run)
     running = asyncio.create_task(session.run())
     try:
         await asyncio.wait_for(session.connected.wait(), 30)
         history = await run_turn(team, session, "worker")
-        assert unacked_at_call == [0] * 5, unacked_at_call  # five Team tool calls, each after every entry was held
-        assert most_in_flight >= 2, "the turn's entries went out without waiting for each other's acks"
+        assert len(added_at_call) == len(stored_at_run) == 5, (added_at_call, stored_at_run)  # five Team tool calls
+        for added, stored in zip(added_at_call, stored_at_run):
+            assert added <= stored, added - stored  # each ran after every entry before it was held
+        assert most_in_flight >= 2 or max(sent_together) >= 2, "the turn's entries went out without waiting for each other's acks"
         assert max(sent_together) >= 2, sent_together  # entries added together went in one frame
         assert sum(sent_together) == len(session.entries), (sent_together, len(session.entries))  # each once
         assert len(outbox) == 0  # idle: the turn's last entry (turn_end) is held

@@ -291,3 +291,72 @@ async def test_an_entries_frame_answers_each_entry_in_order_as_if_each_came_alon
     assert refused["error"]["code"] == "TOO_MANY_ENTRIES"
     assert await history() == ["t-start", "m-1"]
     await agent.close()
+
+
+@database_sync_to_async
+def history_of(member: str, team: str = "alpha") -> list[str]:
+    return list(HistoryEntry.objects.filter(member__name=member, member__team__name=team)
+                .order_by("id").values_list("entry_id", flat=True))
+
+
+async def test_a_tool_frame_carries_the_entries_its_call_comes_after(api):
+    """A ``tool`` frame with ``entries`` (the welcome names ``tool_entries``): they are stored as
+    an entries frame just before it would store them, the call runs once they are, and their
+    last acks come in its ``tool_result``; a refused entry among them is answered in its place
+    and stops neither the others nor the call."""
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    welcome = await agent.connect("running")
+    assert {"tool_entries", "entries_status"} <= set(welcome["features"])
+    sent = await api.ok(team["lead"], "send_message", target="implementer", message="look at task-1")
+    steer = (await agent.expect("steer"))["message"]
+    await agent.send({"type": "tool", "id": "call-1", "name": "send_message",
+                      "arguments": {"target": "lead", "message": "on it", "idempotency_key": "k-1"},
+                      "entries": [
+                          {"id": "t-start", "kind": "turn_start"},
+                          {"id": "m-1", "kind": "user_message", "text": steer["content"],
+                           "source": {"kind": "team-message", "message_id": steer["id"], "sender": "lead"}},
+                          {"id": "c-1", "kind": "tool_call", "tool": "send_message"},
+                      ]})
+    answer = await agent.expect("tool_result")
+    assert answer["id"] == "call-1" and answer["result"]["status"] in ("accepted", "delivered", "queued"), answer
+    assert answer["acks"] == [{"entry_id": "t-start", "folded": False}, {"entry_id": "m-1", "folded": False},
+                              {"entry_id": "c-1", "folded": False}]
+    assert await message_state(sent["message_id"]) == "delivered"
+    assert await history_of("implementer") == ["t-start", "m-1", "c-1"]
+
+    # A refused entry last: answered in its place, then the call's result (no acks left to carry).
+    await agent.send({"type": "tool", "id": "call-2", "name": "list_agents", "arguments": {},
+                      "entries": [{"id": "r-1", "kind": "tool_result", "tool": "send_message"},
+                                  {"id": "bad", "kind": "no_such_kind"}]})
+    acks, refusal, answer = [await agent.comm.receive_json_from(timeout=5) for _ in range(3)]
+    assert acks == {"type": "acks", "acks": [{"entry_id": "r-1", "folded": False}]}
+    assert refusal["type"] == "error" and refusal["entry_id"] == "bad"
+    assert answer["type"] == "tool_result" and answer["id"] == "call-2" and "result" in answer and "acks" not in answer
+    assert await history_of("implementer") == ["t-start", "m-1", "c-1", "r-1"]
+    await agent.close()
+
+
+async def test_an_entries_frame_may_carry_the_status_after_them(api):
+    """``entries`` with ``status`` (the welcome names ``entries_status``): the status is set
+    as a ``status`` frame right after them would set it, once they are stored."""
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "implementer")
+    agent = Agent(impl)
+    await agent.connect("running")
+    await agent.send({"type": "entries", "status": "idle", "entries": [
+        {"id": "t-start", "kind": "turn_start"}, {"id": "t-end", "kind": "turn_end"}]})
+    assert (await agent.expect("acks"))["acks"] == [{"entry_id": "t-start", "folded": False},
+                                                    {"entry_id": "t-end", "folded": False}]
+    await agent.settled()
+
+    @database_sync_to_async
+    def status() -> str:
+        from teams.models import Member
+
+        return Member.objects.get(name="implementer", team__name="alpha").session_state
+
+    assert await status() == SessionState.IDLE
+    assert await history_of("implementer") == ["t-start", "t-end"]
+    await agent.close()

@@ -100,6 +100,13 @@ async def test_websocket_tool_frames_share_the_tokens_budget(api):
     await agent.send({"type": "tool", "id": "s", "name": "send_message", "arguments": {"target": "x", "message": "y"}})
     refused = await agent.expect("tool_result")
     assert refused["error"]["code"] == "RATE_LIMITED" and refused["persisted"] is False
+    # A refused call's entries are stored all the same (as an entries frame before it), and its
+    # refusal comes after their answers, carrying their acks.
+    await agent.send({"type": "tool", "id": "t", "name": "list_agents", "arguments": {},
+                      "entries": [{"id": "before-t", "kind": "tool_call"}]})
+    refused = await agent.expect("tool_result")
+    assert refused["error"]["code"] == "RATE_LIMITED"
+    assert refused["acks"] == [{"entry_id": "before-t", "folded": False}]
     assert_limited(await api.tool(team["lead"], "list_agents"))
     await agent.close()
 
