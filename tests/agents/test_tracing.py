@@ -11,11 +11,11 @@ import json
 import httpx
 import pytest
 
-from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall, tracing
+from steerboard_agents import AgentSession, tracing
 from steerboard_agents.client import SocketTools
 from tests.agents.test_session_folding import until
 from tests.support.inproc import manage_json
-from tests.support.spans import by_name, hex_ids, in_memory_spans, sdk_in_memory_spans
+from tests.support.spans import RosterThenAnswer, by_name, hex_ids, in_memory_spans, sdk_in_memory_spans
 
 TRACES = ["4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c", "5b8aa5a2d2c872e8321cf37308d69df2"]
 SPAN = "00f067aa0ba902b7"
@@ -93,15 +93,6 @@ def test_the_command_line_traces_only_when_the_otel_variables_ask():
 CALLER_SPAN = "b7ad6b7169203331"
 
 
-class Answer:
-    """The target's model: reads the roster (one Team tool call), then answers in words."""
-
-    async def step(self, context: StepContext) -> ModelReply:
-        if context.step == 0:
-            return ModelReply(tool_calls=[ToolCall("list_agents", {})])
-        return ModelReply(text="seen")
-
-
 @pytest.fixture
 def server_spans():
     with in_memory_spans() as exporter:
@@ -125,7 +116,7 @@ async def test_one_messages_trace_goes_from_the_senders_call_through_the_session
                                   "prompt": ""}, headers=lead)
         assert spawned.status_code == 200, spawned.text
         token = (await manage_json("member_token", "traced", "impl"))["token"]
-        session = AgentSession(served.url, token, Answer(), max_backoff=0.3)
+        session = AgentSession(served.url, token, RosterThenAnswer(), max_backoff=0.3)
         running = asyncio.create_task(session.run())
         try:
             await asyncio.wait_for(session.connected.wait(), 30)

@@ -16,9 +16,9 @@ import json
 import httpx
 import pytest
 
-from steerboard_agents import AgentSession, ModelReply, StepContext, ToolCall
+from steerboard_agents import AgentSession
 from tests.agents.test_session_folding import until
-from tests.support.spans import sdk_in_memory_spans
+from tests.support.spans import RosterThenAnswer, sdk_in_memory_spans
 from tests.support.live import DaphneProcess, LiveEnvironment, postgres_run_only, start_together
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -69,15 +69,6 @@ def ids(span: dict) -> tuple[str, str, str | None]:
         span["parent_id"].removeprefix("0x") if span.get("parent_id") else None)
 
 
-class Answer:
-    """The target's model: reads the roster (one Team tool call), then answers in words."""
-
-    async def step(self, context: StepContext) -> ModelReply:
-        if context.step == 0:
-            return ModelReply(tool_calls=[ToolCall("list_agents", {})])
-        return ModelReply(text="seen")
-
-
 @pytest.fixture
 def sdk_spans():
     with sdk_in_memory_spans() as exporter:
@@ -102,7 +93,7 @@ async def test_one_messages_trace_goes_from_the_senders_call_through_the_targets
                                       headers={"Authorization": f"Bearer {lead}"})
             assert spawned.status_code == 200, spawned.text
             token = (await asyncio.to_thread(environment.manage_json, "member_token", "traced", "impl"))["token"]
-            session = AgentSession(target_side.url, token, Answer(), max_backoff=0.3)
+            session = AgentSession(target_side.url, token, RosterThenAnswer(), max_backoff=0.3)
             running = asyncio.create_task(session.run())
             await asyncio.wait_for(session.connected.wait(), 30)
 

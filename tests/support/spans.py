@@ -7,6 +7,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from mailbox.plumbing import tracing
+from steerboard_agents import ModelReply, StepContext, ToolCall
 
 
 @contextlib.contextmanager
@@ -49,3 +50,12 @@ def hex_ids(span) -> tuple[str, str]:
 def traceparent_of(span) -> str:
     trace_id, span_id = hex_ids(span)
     return f"00-{trace_id}-{span_id}-{span.context.trace_flags:02x}"
+
+
+class RosterThenAnswer:
+    """A traced turn's model: reads the roster (one Team tool call), then answers in words."""
+
+    async def step(self, context: StepContext) -> ModelReply:
+        if context.step == 0:
+            return ModelReply(tool_calls=[ToolCall("list_agents", {})])
+        return ModelReply(text="seen")
