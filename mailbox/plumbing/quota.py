@@ -29,6 +29,12 @@ from teams.errors import ErrorCode, TeamError
 _MAX_KEYS = 10_000
 
 
+# A level less than a millisecond's refill short of the cost is the cost: the clock's floats
+# (seconds since 1970) are exact to a few tenths of a microsecond only, and a caller that
+# waited exactly ``retry_after`` (rounded up to the millisecond) must not be refused for it.
+_SLACK_SECONDS = 0.001
+
+
 class Buckets:
     """Token buckets by key: ``rate`` units a second, at most ``burst`` saved up.
 
@@ -46,7 +52,7 @@ class Buckets:
         cost = min(cost, burst)
         found = self._levels.get(key)
         level = burst if found is None else min(burst, found[0] + (now - found[1]) * rate)
-        if level >= cost:
+        if level >= cost - rate * _SLACK_SECONDS:
             if found is None and len(self._levels) >= _MAX_KEYS:
                 self._prune(now, rate, burst)
             self._levels[key] = (level - cost, now)
@@ -65,6 +71,13 @@ class Buckets:
 
     def clear(self) -> None:
         self._levels.clear()
+
+
+def _retry_after(wait: float) -> float:
+    """The seconds a refusal tells the caller, rounded up to the millisecond: a retry that
+    waits exactly this long finds what it needs (rounded to the nearest, it could be
+    refused again with a retry_after of 0)."""
+    return math.ceil(wait * 1000) / 1000
 
 
 history = Buckets()
@@ -121,7 +134,7 @@ def entry_charge(*, member_id: int, size: int) -> None:
             f"This member may write {per_minute} bytes of history a minute; send this entry again "
             f"in {wait:.1f} s.",
             limit={"bytes_per_minute": per_minute},
-            retry_after=round(wait, 3),
+            retry_after=_retry_after(wait),
         )
 
 
@@ -139,7 +152,7 @@ def request_charge(key, cost: int = 1) -> None:
             f"Too many requests with this token: at most {rate} a second (bursts of {burst}); "
             f"try again in {wait:.2f} s.",
             limit={"requests_per_second": rate, "burst": burst},
-            retry_after=round(wait, 3),
+            retry_after=_retry_after(wait),
         )
 
 

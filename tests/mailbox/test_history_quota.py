@@ -194,3 +194,27 @@ def test_quota_settings_refuse_what_is_not_a_positive_integer(monkeypatch):
         with pytest.raises(ImproperlyConfigured, match=name):
             settings_from_env(monkeypatch, **{name: "0"}, DEBUG="1")
         monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("start", [1_764_892_800.0, 1_764_892_800.123456789, 1_764_923_456.987654321])
+def test_a_caller_that_waits_exactly_retry_after_is_let_through(start):
+    """The seconds a refusal tells are rounded up, and the bucket forgives the clock's float
+    error: whatever the sizes and the time of day, waiting exactly ``retry_after`` is enough
+    (mailbox/plumbing/quota.py; rounded to the nearest millisecond, a retry at it was refused
+    again, with a ``retry_after`` of 0)."""
+    from mailbox.plumbing import quota
+
+    now = [start]
+    buckets = quota.Buckets()
+    buckets.clock = lambda: now[0]
+    rate, burst = 2000 / 60.0, 2000
+    for size in (541, 539, 517, 600, 333, 701, 499, 1999, 2000):
+        while (wait := buckets.take("m", size, rate=rate, burst=burst)) == 0.0:
+            pass  # until the bucket refuses
+        told = quota._retry_after(wait)
+        assert told >= wait and told - wait < 0.001
+        now[0] += told - 0.002  # not quite: still refused
+        assert buckets.take("m", size, rate=rate, burst=burst) > 0.0
+        now[0] += 0.002
+        waited = buckets.take("m", size, rate=rate, burst=burst)
+        assert waited == 0.0, (size, wait, told)
