@@ -104,7 +104,8 @@ class ConnectedSession:
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
         self.tool_calls: set[asyncio.Task] = set()
         self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
-        self.write_failed: BaseException | None = None  # an entry of this socket that could not be stored
+        self.write_failed: BaseException | None = None  # the last entry of this socket that could not be stored
+        self.write_failures = 0  # how many could not be
 
     # --- hello, status, close ---------------------------------------------------------------
     async def hello(self, state: str) -> list[dict]:
@@ -223,7 +224,8 @@ class ConnectedSession:
     def _entry_refusal(self, entry_id: str | None, exc: BaseException) -> dict:
         if isinstance(exc, TeamError):
             return {"type": "session.frame", "frame": {"type": "error", **exc.as_wire()}}
-        self.write_failed = exc  # a tool call that comes after it is not made (Carried)
+        self.write_failed = exc  # a tool call carried with it, or after it unanswered, is not made (Carried)
+        self.write_failures += 1
         if outage.noted(exc, "an entry") is not None:
             return {"type": "session.unavailable", "entry_id": entry_id}
         log.warning("storing an entry of %s failed", self.member, exc_info=exc)
@@ -263,10 +265,12 @@ class Carried:
     """What a tool frame that carries entries waits for before its call runs: those entries
     and every entry this socket sent before them answered (committed, or refused)."""
 
-    __slots__ = ("session", "writes")
+    __slots__ = ("session", "writes", "failures")
 
     def __init__(self, session: ConnectedSession, writes: list[asyncio.Future]):
         self.session, self.writes = session, writes
+        # A failure already answered when the call came is not its own: the session was told.
+        self.failures = session.write_failures
 
     async def answered(self) -> BaseException | None:
         """Once they are: None, or the failure of one that could not be stored (the database
@@ -277,4 +281,4 @@ class Carried:
                     await write  # a write cancelled with its socket ends this call with it
                 except Exception:  # noqa: BLE001 - answered as a refusal already (_answers)
                     pass
-        return self.session.write_failed
+        return self.session.write_failed if self.session.write_failures > self.failures else None

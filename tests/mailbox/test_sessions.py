@@ -16,7 +16,7 @@ from mailbox.members import hosts, interrupt, presence, sessions
 from tests.support.sends import message_send
 from mailbox.models import HostPresence, HumanPrompt, LeadLogRecord, LogKind, MessageState, PromptState, SessionPresence
 from teams.errors import ErrorCode, TeamError
-from teams.models import Member, Phase, SessionState, Status
+from teams.models import Member, Phase, SessionState, Status, Team
 from teams.services import member_spawn, team_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -177,3 +177,23 @@ def test_a_host_that_disconnects_is_no_longer_present():
     assert list(HostPresence.objects.values_list("channel", flat=True)) == ["host-b"]
     hosts.host_disconnected(channel="host-b")
     assert not HostPresence.objects.exists()
+
+
+async def test_an_entry_that_could_not_be_stored_stops_the_calls_waiting_on_it_and_no_later_one():
+    """A tool frame's carried call is not made when an entry it waits for (its own, or one
+    the socket sent before it, unanswered) could not be stored; a call that comes once that
+    failure was answered runs (members/sessions.py ``Carried``)."""
+    pushed: list[dict] = []
+    member = Member(name="implementer", team=Team(name="t"))
+    session = sessions.ConnectedSession(member=member, channel="c", push=pushed.append)
+    write = asyncio.get_running_loop().create_future()
+    session.writes.append(write)
+    waiting = sessions.Carried(session, list(session.writes))
+
+    refusal = session._entry_refusal("e1", RuntimeError("the disk went away"))  # that write's entry
+    write.set_result(None)
+    assert refusal["frame"]["error"]["code"] == str(ErrorCode.SERVER_ERROR)
+    assert isinstance(await waiting.answered(), RuntimeError)
+
+    later = sessions.Carried(session, [])  # the session was told; this call waits for nothing failed
+    assert await later.answered() is None
