@@ -102,6 +102,8 @@ class ConnectedSession:
         self.writes: collections.deque[asyncio.Future] = collections.deque()  # entry frames not yet committed, in order
         self.entries_in_flight = 0  # the entries of those frames
         self.refused_after: dict[asyncio.Future, list[dict]] = {}  # quota refusals answered after that write's ack
+        # Each write's answers pushed: set once _entries_done has run for it (a done write may not be answered yet).
+        self.answered_of: dict[asyncio.Future, asyncio.Future] = {}
         self.tool_calls: set[asyncio.Task] = set()
         self.steered: set[str] = set()  # message ids steered to this session, no entry reported yet
         self.write_failed: BaseException | None = None  # the last entry of this socket that could not be stored
@@ -174,6 +176,7 @@ class ConnectedSession:
         writes = hot_path.entries_run(jobs)
         done = writes[0] if len(writes) == 1 else asyncio.gather(*writes, return_exceptions=True)
         self.writes.append(done)
+        self.answered_of[done] = asyncio.get_running_loop().create_future()
         self.entries_in_flight += len(writes)
         done.add_done_callback(lambda done, o=outcomes, n=len(writes): self._entries_done(done, o, n, many, call_id))
 
@@ -183,7 +186,10 @@ class ConnectedSession:
         with contextlib.suppress(ValueError):
             self.writes.remove(done)  # the oldest, unless the socket closed meanwhile
         refused_next = self.refused_after.pop(done, ())  # entries refused by the quota right after these
+        answered = self.answered_of.pop(done, None)
         if done.cancelled():
+            if answered is not None:
+                answered.cancel()  # the socket closed: a call waiting on it ends with it
             return
         frames = self._answers(outcomes, many)
         last = frames[-1]["frame"] if frames and frames[-1]["type"] == "session.frame" else None
@@ -193,6 +199,8 @@ class ConnectedSession:
             self.push(frame)
         for refusal in refused_next:
             self.push(refusal)
+        if answered is not None and not answered.done():
+            answered.set_result(None)
 
     def _answers(self, outcomes: list, many: bool) -> list[dict]:
         """The frames that answer entries, in order: their acks (one ``ack`` frame for an
@@ -268,17 +276,17 @@ class Carried:
     __slots__ = ("session", "writes", "failures")
 
     def __init__(self, session: ConnectedSession, writes: list[asyncio.Future]):
-        self.session, self.writes = session, writes
+        # Not the writes themselves: a write is done a loop turn before its answers are pushed
+        # (and a failure counted), and the call waits for those.
+        self.session = session
+        self.writes = [session.answered_of[w] for w in writes if w in session.answered_of]
         # A failure already answered when the call came is not its own: the session was told.
         self.failures = session.write_failures
 
     async def answered(self) -> BaseException | None:
         """Once they are: None, or the failure of one that could not be stored (the database
         out of reach, or a bug): then the call must not be made."""
-        for write in self.writes:  # most are done already: no waiter for those
-            if not write.done():
-                try:
-                    await write  # a write cancelled with its socket ends this call with it
-                except Exception:  # noqa: BLE001 - answered as a refusal already (_answers)
-                    pass
+        for answered in self.writes:  # most are done already: no waiter for those
+            if not answered.done():
+                await answered  # cancelled with its socket, it ends this call with it
         return self.session.write_failed if self.session.write_failures > self.failures else None

@@ -270,6 +270,8 @@ class AgentConsumer(_JsonFrames):
                     carried = self._entries(frame)
                 except TeamError as exc:
                     await self.send_json({"type": "error", **exc.as_wire()})
+                    # Refused whole: the call still waits for the entries the socket sent before.
+                    carried = sessions.Carried(session, list(session.writes))
             self._tool_call(frame, carried)
             return
         try:

@@ -186,14 +186,20 @@ async def test_an_entry_that_could_not_be_stored_stops_the_calls_waiting_on_it_a
     pushed: list[dict] = []
     member = Member(name="implementer", team=Team(name="t"))
     session = sessions.ConnectedSession(member=member, channel="c", push=pushed.append)
-    write = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    write, answered = loop.create_future(), loop.create_future()
     session.writes.append(write)
+    session.answered_of[write] = answered  # as _entries registers a write
     waiting = sessions.Carried(session, list(session.writes))
+    call = asyncio.ensure_future(waiting.answered())
 
-    refusal = session._entry_refusal("e1", RuntimeError("the disk went away"))  # that write's entry
-    write.set_result(None)
+    write.set_result(None)  # committed (here: failed), its answers not pushed yet
+    await asyncio.sleep(0)
+    assert not call.done(), "the call went on before its entries' answers were out"
+    refusal = session._entry_refusal("e1", RuntimeError("the disk went away"))  # that write's answer
+    answered.set_result(None)
     assert refusal["frame"]["error"]["code"] == str(ErrorCode.SERVER_ERROR)
-    assert isinstance(await waiting.answered(), RuntimeError)
+    assert isinstance(await call, RuntimeError)
 
     later = sessions.Carried(session, [])  # the session was told; this call waits for nothing failed
     assert await later.answered() is None
