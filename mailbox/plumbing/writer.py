@@ -94,11 +94,21 @@ class Job:
             self.future.set_result(self.result)
 
 
+class OffLoop(Exception):
+    """Raised in a batch on the event loop's connection (mailbox/plumbing/loop_writer.py) by a
+    job that needs what only the writer thread has: a statement of its own (a reply's thread,
+    a refusal's reason, an undone claim) or ``execute``. The batch rolls back and the writer
+    thread runs it again, whole."""
+
+
 class Batch:
     """What the jobs of one transaction share: its clock, and what they leave for its
     end, written in one statement each before the commit (the Lead-log records they
     append, the results of the idempotency keys they claimed; when the process traces,
     the trace context of the messages they stored)."""
+
+    # True in a batch on the event loop's connection: a job's own statements raise OffLoop.
+    on_loop = False
 
     def __init__(self, now):
         from django.db import connections
@@ -240,6 +250,13 @@ class Writer(concurrent.futures.Executor):
             call.future.set_result(result)
 
     def _commit(self, jobs: list[Job]) -> None:
+        self.commit_here(jobs)
+        _on_their_loops(jobs, finish_all)
+
+    def commit_here(self, jobs: list[Job]) -> None:
+        """On this thread: the jobs committed (or failed), and their ``committed`` run; their
+        ``finish`` is left to the caller. The event loop's writer hands a batch here that it
+        cannot run itself (``OffLoop``, a failure: mailbox/plumbing/loop_writer.py)."""
         if tracing.enabled:
             from django.db import connections
 
@@ -249,7 +266,9 @@ class Writer(concurrent.futures.Executor):
                                             and not isinstance(job.error, TeamError)])
         else:
             self._commit_run(jobs)
-        self._finish(jobs)
+        for job in jobs:
+            if job.error is None:
+                job.committed()
 
     def _commit_run(self, jobs: list[Job]) -> None:
         self.batches += 1
@@ -318,12 +337,6 @@ class Writer(concurrent.futures.Executor):
             finally:
                 self._after_call()
 
-    def _finish(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            if job.error is None:
-                job.committed()
-        _on_their_loops(jobs, _finish_all)
-
     @staticmethod
     def _execute(job: Job, batch: Batch) -> None:
         job.error = None
@@ -347,7 +360,8 @@ def _on_their_loops(jobs: list[Job], fn: Callable[[list[Job]], None]) -> None:
             loop.call_soon_threadsafe(fn, mine)
 
 
-def _finish_all(jobs: list[Job]) -> None:
+def finish_all(jobs: list[Job]) -> None:
+    """On the jobs' event loop, after their commit: each job's ``finish``, then its answer, in order."""
     for job in jobs:
         if job.error is None:
             try:
