@@ -132,7 +132,7 @@ def jobs_writer():
             if use_loop:
                 from mailbox.plumbing.loop_writer import LoopWriter
 
-                found = LoopWriter(thread=thread, run_batch=_loop_batch, connect=_loop_connect,
+                found = LoopWriter(thread=thread, run_batch=_loop_batch, connect=loop_connect,
                                    observe=_writer_parts["observe"])
             else:
                 found = thread
@@ -140,7 +140,7 @@ def jobs_writer():
     return found
 
 
-async def _loop_connect():
+async def loop_connect():
     """An asyncio connection to the default database as Django opens its own (the same
     parameters, adapters and time zone), in autocommit: the batch sends BEGIN and COMMIT,
     and its statements stay prepared (hot_sql._prepared_statements_on has why)."""
