@@ -112,7 +112,9 @@ async def test_batches_stay_in_order_when_one_waits_for_the_writer_thread(api, l
     held = db.writer().submit(release.wait, 10)  # the thread is busy: a handed batch waits for it
     reply = send(lead, "a reply", reply_to=first.message_id)  # a reply looks up its thread: no piped statement
     after = [send(lead, f"after {i}") for i in range(2)]
-    futures = [*loop_writer.run_all([reply]), *loop_writer.run_all(after)]
+    futures = loop_writer.run_all([reply])
+    await asyncio.sleep(0.05)  # its batch is with the thread now; the next sends form the next batch
+    futures += loop_writer.run_all(after)
     for job, future in zip([reply, *after], futures):
         future.add_done_callback(lambda _, job=job: answered.append(job))
     await asyncio.sleep(0.2)
