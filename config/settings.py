@@ -383,10 +383,6 @@ STEERBOARD = {
     # Threads (each with its own long-lived connection) that run a server process's
     # database work (mailbox/plumbing/db.py); 0: one on SQLite, eight on PostgreSQL.
     "DB_THREADS": _env_int("STEERBOARD_DB_THREADS", 0),
-    # PostgreSQL: the writer's batches on the event loop's own asyncio connection, no thread
-    # between the caller and the database (mailbox/plumbing/loop_writer.py); off: on the writer
-    # thread, as on SQLite (which always does).
-    "ASYNC_WRITER": _env_bool("STEERBOARD_ASYNC_WRITER", False),
     # Seconds a process keeps a member token's lookup (mailbox/plumbing/auth.py): a deleted
     # token stops working within this bound.
     "TOKEN_CACHE_SECONDS": _env_float("STEERBOARD_TOKEN_CACHE_SECONDS", 5.0),

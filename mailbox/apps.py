@@ -27,7 +27,7 @@ class MailboxConfig(AppConfig):
         # which sits above mailbox/plumbing/db.py: db is handed them, it does not import them.
         db.writer_parts_install(
             flush=hot_sql.batch_flush, pipeline=hot_sql.jobs_piped, transaction_of=hot_sql.hot_transaction,
-            observe=metrics.batch_committed, loop_batch=hot_sql.loop_batch,
+            observe=metrics.batch_committed,
         )
         # The roster's and the board's changes are recorded by the service that makes them,
         # in the Lead log: teams does not know the mailbox, it is handed the recorder.

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from mailbox.engine import budget, hot_sql, idempotency, queue_adapter
 from mailbox.engine.answers import observation, send_answer, send_answer_now
-from mailbox.plumbing.db import jobs_writer, to_db_thread
+from mailbox.plumbing.db import to_db_thread, writer
 from mailbox.engine.delivery import (
     mailbox_full, message_admit_stored, message_validate, no_host_reason, not_addressed, not_received, refuse_phase,
     spawn_prompt_validate, unknown_target,
@@ -140,7 +140,6 @@ class SendJob(_writer.Job):
         return sql.send_piped_keyed, params
 
     def piped_result(self, row, batch) -> None:
-        self.replayed = None  # a batch run again (on the writer thread, or one by one) starts afresh
         if self.key:
             target, key_id, prior_fingerprint, prior_result = row[:8], row[8], row[9], row[10]
             if key_id is None:  # the key was used before: replay or refuse, nothing stored
@@ -148,11 +147,11 @@ class SendJob(_writer.Job):
                 return
             self.key_id = key_id
             if target[0] is None:  # refused: the claim goes too, so a retry runs again
-                with hot_sql.cursor(batch) as cursor:
+                with hot_sql.HotCursor(batch.db) as cursor:
                     cursor.execute(hot_sql.statements(batch.db).key_undo, [key_id])
             row = target if target[0] is not None else None
         if row is None:
-            with hot_sql.cursor(batch) as cursor:
+            with hot_sql.HotCursor(batch.db) as cursor:
                 _refuse_target(cursor, team_id=self.sender.team_id, target_name=self.target_name)
         self.target_id, self.seq, phase, session_state, self.channel, has_host, self.admitted, exhausted = row
         self.target_status = status_of(phase, session_state)
@@ -175,7 +174,7 @@ class SendJob(_writer.Job):
 
     def _key_used(self, batch, fingerprint: str | None, result) -> None:
         if fingerprint is None:  # another transaction committed the key after this statement began
-            with hot_sql.cursor(batch) as cursor:
+            with hot_sql.HotCursor(batch.db) as cursor:
                 found = self._key_found(cursor, batch)
             if found is None:
                 raise idempotency.key_in_use(self.key)
@@ -414,7 +413,7 @@ class EntryJob(_writer.Job):
         self.delivered = seq is not None
         self.marked = (seq, *row[3:]) if self.delivered else None
         if self.message_id and state is None:
-            with hot_sql.cursor(batch) as cursor:
+            with hot_sql.HotCursor(batch.db) as cursor:
                 self._not_mine(cursor, inserted)
         # A cancelled message's entry was not stored (the statement locked the message first).
         self.result = ENTRY_CANCELLED if self.message_id and state == MessageState.CANCELLED else inserted is not None
@@ -587,7 +586,7 @@ async def message_send(
                   fingerprint=fingerprint)
     with tracing.send_span(sender=sender, target=target_name) as span:
         job.trace = tracing.carrier(span)
-        await jobs_writer().run(job)
+        await writer().run(job)
         replayed = job.replayed is not None
         tracing.sent(span, message_id=job.replayed["message_id"] if replayed else job.message_id,
                      thread_id=job.replayed.get("thread_id", "") if replayed else job.thread_id,
@@ -635,19 +634,19 @@ def entry_job(*, member: Member, entry: wire.Entry) -> "EntryJob":
 def entries_run(jobs: list["EntryJob"]) -> list[asyncio.Future]:
     """Entry jobs through the writer, queued together in order (one wake-up of its thread):
     a future each of whether its entry was new (False: folded)."""
-    return jobs_writer().run_all(jobs)
+    return writer().run_all(jobs)
 
 
 def entry_submit(*, member: Member, entry: wire.Entry) -> asyncio.Future:
     """An entry through the writer: a future of whether the entry was new (False: folded).
     Raises TeamError at once, storing nothing, when the member's history quota refuses it."""
-    return jobs_writer().run(entry_job(member=member, entry=entry))
+    return writer().run(entry_job(member=member, entry=entry))
 
 
 async def entries_submit(*, member: Member, entries: list[wire.Entry]) -> tuple[list[dict], TeamError | None]:
     """Several entries through the writer, in order, in one commit: the acknowledgements of
     those stored and the refusal that stopped the rest, if one did."""
-    return await jobs_writer().run(EntriesJob(member=member, entries=entries))
+    return await writer().run(EntriesJob(member=member, entries=entries))
 
 
 # --- the same jobs on the calling thread, for the writes that are not hot ----------------------

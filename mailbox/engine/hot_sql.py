@@ -23,7 +23,7 @@ from mailbox.engine.lead_log import (
     accepted_record, delivered_record, failed_record, queued_record, records_from, records_select, rows_insert,
     rows_values,
 )
-from mailbox.plumbing.writer import Batch, OffLoop
+from mailbox.plumbing.writer import Batch
 from mailbox.models import (
     PENDING_STATES, TARGET_REFUSING_PHASES, TARGET_SESSIONLESS_STATUSES, HistoryEntry, HostPresence,
     IdempotencyRecord, LogKind, MemberUsage, MessageState, TeamMessage,
@@ -385,23 +385,15 @@ def _jobs_counted(raw, jobs: int) -> None:
     counted[0] += jobs
 
 
-def _plans_due(raw) -> bool:
-    """Whether the connection's jobs have doubled since its prepared statements were last
-    deallocated (counted as done: the caller deallocates them now)."""
-    counted = _jobs_run.get(raw)
-    if counted is None or counted[0] < counted[1]:
-        return False
-    counted[1] = 2 * counted[0]
-    return True
-
-
 def _plans_renewed(raw) -> bool:
     """Between batches (no pipeline, no transaction: psycopg sees the command and forgets
     its own names too): the connection's prepared statements deallocated once its jobs have
     doubled. Answers whether it did."""
-    if not _plans_due(raw):
+    counted = _jobs_run.get(raw)
+    if counted is None or counted[0] < counted[1]:
         return False
     raw.execute("DEALLOCATE ALL")
+    counted[1] = 2 * counted[0]
     return True
 
 
@@ -445,15 +437,6 @@ class HotCursor:
 
     def __exit__(self, *exc) -> None:
         self.cursor.close()
-
-
-def cursor(batch: Batch) -> HotCursor:
-    """A job's own statement in its batch's transaction, after its piped one (a reply's
-    thread, a refusal's reason, an undone claim). On the event loop's connection there is
-    none: the batch goes to the writer thread (``OffLoop``)."""
-    if batch.on_loop:
-        raise OffLoop
-    return HotCursor(batch.db)
 
 
 @contextlib.contextmanager
@@ -531,80 +514,22 @@ def jobs_piped(jobs: list, batch: Batch) -> list:
     return [job for job in jobs if id(job) not in done]
 
 
-def flush_statements(batch: Batch) -> list[tuple[str, list, bool]]:
-    """What a batch's jobs left for its end, as (statement, params, prepare): the Lead-log
-    records, in the order the jobs appended them, and the results of the idempotency keys
-    its sends claimed; when the process traces, the trace context of the messages its sends
-    stored (a statement a message)."""
+def batch_flush(batch: Batch) -> None:
+    """What a batch's jobs left for its end, in one statement each before the commit: the
+    Lead-log records, in the order the jobs appended them, and the results of
+    the idempotency keys its sends claimed; when the process traces, the trace context of
+    the messages its sends stored (a statement a message, in the pipeline on PostgreSQL)."""
     sql = statements(batch.db)
-    out = []
     if batch.log_rows:
         statement, params = rows_insert(sql.log_insert_head, sql.log_row, batch.log_rows, batch.now_db)
-        out.append((statement, params, False))
+        with HotCursor(batch.db) as cursor:
+            cursor.execute(statement, params, prepare=False)
     if batch.key_results:
         params = [value for row in batch.key_results for value in row]
         statement = sql.key_results.replace("{rows}", ", ".join([sql.key_results_row] * len(batch.key_results)))
-        out.append((statement, params, False))
-    for message_id, traceparent, tracestate in batch.traces:
-        out.append((sql.message_traced, [traceparent, tracestate, message_id], True))
-    return out
-
-
-def batch_flush(batch: Batch) -> None:
-    """``flush_statements`` run before the commit, one statement each (in the pipeline on PostgreSQL)."""
-    flushed = flush_statements(batch)
-    if flushed:
         with HotCursor(batch.db) as cursor:
-            for statement, params, prepare in flushed:
-                cursor.execute(statement, params, prepare=prepare)
-
-
-# --- the same batch on the event loop's own connection (mailbox/plumbing/loop_writer.py) ---------
-async def loop_batch(conn, jobs: list, batch: Batch) -> None:
-    """PostgreSQL: a batch whose every job is one piped statement, on an asyncio connection
-    (autocommit, so BEGIN and COMMIT are ours): BEGIN and the statements in one pipeline
-    sync, each job handed its row, then what the jobs left for the batch's end and COMMIT in
-    the next, as ``hot_transaction`` and ``jobs_piped`` do on the writer thread. Raises
-    ``OffLoop``, rolled back, when a job needs a statement of its own or has no piped one.
-    ``jobs`` in lock order."""
-    import psycopg
-
-    batch.on_loop = True
-    piped = [(job, job.piped(batch)) for job in jobs]
-    if any(st is None for _, st in piped):
-        raise OffLoop
-    counting = sqlcount.installed()
-    if _plans_due(conn):
-        await conn.execute("DEALLOCATE ALL")
-    _jobs_counted(conn, len(piped))
-    try:
-        async with conn.pipeline() as pipeline:
-            await conn.execute("BEGIN")
-            cursors = []
-            for job, (statement, params) in piped:
-                cur = psycopg.AsyncCursor(conn)
-                await cur.execute(statement, params, prepare=True)
-                cursors.append((job, cur))
-                if counting:
-                    sqlcount.statement_run(in_transaction=True)
-            await pipeline.sync()
-            for job, cur in cursors:
-                job.error = None
-                try:
-                    job.piped_result(await cur.fetchone(), batch)
-                except TeamError as exc:  # a refusal wrote nothing
-                    job.error = exc
-                finally:
-                    await cur.close()
-            for statement, params, prepare in flush_statements(batch):
-                await conn.execute(statement, params, prepare=prepare)
-                if counting:
-                    sqlcount.statement_run(in_transaction=True)
-            await conn.execute("COMMIT")
-    except BaseException:
-        if not conn.closed:
-            with contextlib.suppress(Exception):
-                await conn.execute("ROLLBACK")
-        raise
-    if counting:
-        sqlcount.commit_run()
+            cursor.execute(statement, params, prepare=False)
+    if batch.traces:
+        with HotCursor(batch.db) as cursor:
+            for message_id, traceparent, tracestate in batch.traces:
+                cursor.execute(sql.message_traced, [traceparent, tracestate, message_id])

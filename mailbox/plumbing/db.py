@@ -83,13 +83,9 @@ def _pool_is_writer() -> bool:
 _writer_parts: dict | None = None
 
 
-_loop_batch = None  # hot_sql.loop_batch, handed over with the rest
-
-
-def writer_parts_install(*, flush, pipeline, transaction_of, observe=None, loop_batch=None) -> None:
-    global _writer_parts, _loop_batch
+def writer_parts_install(*, flush, pipeline, transaction_of, observe=None) -> None:
+    global _writer_parts
     _writer_parts = {"flush": flush, "pipeline": pipeline, "transaction_of": transaction_of, "observe": observe}
-    _loop_batch = loop_batch
 
 
 def _writer_new():
@@ -114,46 +110,6 @@ def writer():
             found = _executors["writer"] = _writer_new()
             _sizes["writer"] = 1
     return found
-
-
-def jobs_writer():
-    """What runs the hot path's jobs: on PostgreSQL with ``ASYNC_WRITER``, the event loop's own
-    connection (mailbox/plumbing/loop_writer.py, handing what it cannot run to the writer
-    thread); otherwise the writer itself."""
-    found = _executors.get("jobs")
-    if found is not None:
-        return found
-    thread = writer()
-    use_loop = (settings.STEERBOARD["ASYNC_WRITER"] and _loop_batch is not None
-                and connections["default"].vendor == "postgresql")
-    with _executors_lock:
-        found = _executors.get("jobs")
-        if found is None:
-            if use_loop:
-                from mailbox.plumbing.loop_writer import LoopWriter
-
-                found = LoopWriter(thread=thread, run_batch=_loop_batch, connect=loop_connect,
-                                   observe=_writer_parts["observe"])
-            else:
-                found = thread
-            _executors["jobs"] = found
-    return found
-
-
-async def loop_connect():
-    """An asyncio connection to the default database as Django opens its own (the same
-    parameters, adapters and time zone), in autocommit: the batch sends BEGIN and COMMIT,
-    and its statements stay prepared (hot_sql._prepared_statements_on has why)."""
-    import psycopg
-
-    db = connections["default"]
-    params = db.get_connection_params()
-    params.pop("cursor_factory", None)
-    params["prepare_threshold"] = 5
-    conn = await psycopg.AsyncConnection.connect(autocommit=True, **params)
-    if db.timezone_name:
-        await conn.execute("SELECT set_config('TimeZone', %s, false)", [db.timezone_name])
-    return conn
 
 
 def _keep_connections() -> None:
@@ -232,12 +188,9 @@ def close_all(timeout: float = 30) -> None:
     One closing call per thread: each waits at a barrier until all are running,
     so no thread takes two of them and none is left out."""
     with _executors_lock:
-        jobs = _executors.pop("jobs", None)
         # SQLite's writer is the pool itself, found under both names: closed once.
         pools = list({id(pool): (pool, _sizes.get(lane, 1)) for lane, pool in reversed(_executors.items())}.values())
         _executors.clear()
-    if jobs is not None and hasattr(jobs, "close_all"):  # the loop writer's connections
-        jobs.close_all(timeout)
     for pool, size in pools:
         barrier = threading.Barrier(size)
 

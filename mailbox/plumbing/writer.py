@@ -94,21 +94,11 @@ class Job:
             self.future.set_result(self.result)
 
 
-class OffLoop(Exception):
-    """Raised in a batch on the event loop's connection (mailbox/plumbing/loop_writer.py) by a
-    job that needs what only the writer thread has: a statement of its own (a reply's thread,
-    a refusal's reason, an undone claim) or ``execute``. The batch rolls back and the writer
-    thread runs it again, whole."""
-
-
 class Batch:
     """What the jobs of one transaction share: its clock, and what they leave for its
     end, written in one statement each before the commit (the Lead-log records they
     append, the results of the idempotency keys they claimed; when the process traces,
     the trace context of the messages they stored)."""
-
-    # True in a batch on the event loop's connection: a job's own statements raise OffLoop.
-    on_loop = False
 
     def __init__(self, now):
         from django.db import connections
@@ -250,13 +240,6 @@ class Writer(concurrent.futures.Executor):
             call.future.set_result(result)
 
     def _commit(self, jobs: list[Job]) -> None:
-        self.commit_here(jobs)
-        _on_their_loops(jobs, finish_all)
-
-    def commit_here(self, jobs: list[Job]) -> None:
-        """On this thread: the jobs committed (or failed), and their ``committed`` run; their
-        ``finish`` is left to the caller. The event loop's writer hands a batch here that it
-        cannot run itself (``OffLoop``, a failure: mailbox/plumbing/loop_writer.py)."""
         if tracing.enabled:
             from django.db import connections
 
@@ -266,9 +249,7 @@ class Writer(concurrent.futures.Executor):
                                             and not isinstance(job.error, TeamError)])
         else:
             self._commit_run(jobs)
-        for job in jobs:
-            if job.error is None:
-                job.committed()
+        self._finish(jobs)
 
     def _commit_run(self, jobs: list[Job]) -> None:
         self.batches += 1
@@ -337,6 +318,12 @@ class Writer(concurrent.futures.Executor):
             finally:
                 self._after_call()
 
+    def _finish(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            if job.error is None:
+                job.committed()
+        _on_their_loops(jobs, _finish_all)
+
     @staticmethod
     def _execute(job: Job, batch: Batch) -> None:
         job.error = None
@@ -360,8 +347,7 @@ def _on_their_loops(jobs: list[Job], fn: Callable[[list[Job]], None]) -> None:
             loop.call_soon_threadsafe(fn, mine)
 
 
-def finish_all(jobs: list[Job]) -> None:
-    """On the jobs' event loop, after their commit: each job's ``finish``, then its answer, in order."""
+def _finish_all(jobs: list[Job]) -> None:
     for job in jobs:
         if job.error is None:
             try:
