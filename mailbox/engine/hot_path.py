@@ -189,8 +189,9 @@ class SendJob(_writer.Job):
 
     def _key_found(self, cursor, batch):
         sql = hot_sql.statements(batch.db)
-        expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
-        cursor.execute(sql.key_find, [self.sender.pk, SEND_TOOL, self.key, expired])
+        if batch.keys_live_since is None:  # once a batch: the window's start, as the database stores it
+            batch.keys_live_since = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+        cursor.execute(sql.key_find, [self.sender.pk, SEND_TOOL, self.key, batch.keys_live_since])
         return cursor.fetchone()
 
     # --- any database: one statement at a time -----------------------------------------------

@@ -109,6 +109,7 @@ class Batch:
         self.log_rows: list[tuple] = []
         self.key_results: list[tuple[int, str]] = []
         self.keys_new: dict[tuple[int, str, str], tuple[str, dict]] = {}
+        self.keys_live_since = None  # the oldest live idempotency key's time, worked out once (SendJob)
         self.traces: list[tuple[str, str, str | None]] = []
 
     def log(self, *, team_id: int, kind: str, message_id: str | None, data: str) -> None:
