@@ -9,11 +9,13 @@ application before it serves).
 - **Log lines never written.** autobahn formats the arguments of its debug lines
   (``hltype``, ``hlval``) for every frame sent and every read, whether or not debug is
   on, and colours each with ``click.style`` when click is installed (uvicorn brings it).
-  Without the colours the formatting is a few string operations.
+  Without the colours, and with ``hltype`` naming its callable without ``inspect``,
+  the formatting is a few string operations.
 
 Both lean on autobahn's internals: the version range is pinned in pyproject.toml and
 tests/test_framework_internals.py fails by name when an upgrade changes them.
 """
+import autobahn.twisted.websocket
 import autobahn.util
 import autobahn.websocket.protocol
 
@@ -46,6 +48,17 @@ class Masker:
         return (int.from_bytes(data, "little") ^ int.from_bytes(key, "little")).to_bytes(size, "little")
 
 
+def type_name(obj) -> str:
+    """What autobahn's ``hltype`` puts in a debug line: ``<module.qualname>`` of a callable."""
+    return f"<{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', '?')}>"
+
+
+# The modules whose per-frame debug lines call ``hltype`` (each imported it by name).
+HLTYPE_CALLERS = (autobahn.websocket.protocol, autobahn.twisted.websocket)
+
+
 def apply() -> None:
     autobahn.websocket.protocol.create_xor_masker = Masker
     autobahn.util._HAS_CLICK = False
+    for module in HLTYPE_CALLERS:
+        module.hltype = type_name

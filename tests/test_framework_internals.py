@@ -345,6 +345,23 @@ def test_autobahn_still_makes_a_masker_per_frame_by_the_name_replaced():
     assert protocol.create_xor_masker is Masker
 
 
+def test_autobahns_per_frame_debug_lines_still_call_the_names_replaced():
+    """sendData and dataReceived format their debug lines' arguments for every frame; the
+    modules look ``hltype`` up by the name config/websocket_frames.py replaces."""
+    import autobahn.twisted.websocket as twisted_websocket
+    import autobahn.websocket.protocol as protocol
+
+    import config.asgi  # noqa: F401
+    from config.websocket_frames import HLTYPE_CALLERS, type_name
+
+    assert "hltype(" in inspect.getsource(protocol.WebSocketProtocol.sendData), f"{AUTOBAHN}: sendData changed"
+    assert "hltype(" in inspect.getsource(twisted_websocket.WebSocketAdapterProtocol.dataReceived), (
+        f"{AUTOBAHN}: dataReceived changed"
+    )
+    assert all(module.hltype is type_name for module in HLTYPE_CALLERS)
+    assert type_name(protocol.WebSocketProtocol.sendData) == "<autobahn.websocket.protocol.WebSocketProtocol.sendData>"
+
+
 def test_autobahns_highlighting_still_reads_the_click_flag_at_each_call():
     import autobahn.util
 
