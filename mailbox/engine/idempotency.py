@@ -55,10 +55,16 @@ def window() -> timedelta:
     return timedelta(seconds=settings.STEERBOARD.get("IDEMPOTENCY_WINDOW", DEFAULT_WINDOW))
 
 
+# The arguments' canonical JSON (keys sorted, no spaces): one encoder, not one made per call
+# as json.dumps makes for any argument but the defaults. Its output must never change: a
+# stored key's fingerprint is compared with a retry's for the whole window.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
 def fingerprint(arguments: BaseModel) -> str:
     """The hash of a call's arguments with their defaults, the key itself left out."""
     data = arguments.model_dump(mode="json", exclude={"idempotency_key"})
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
 def _claim(*, member: Member, tool: str, key: str, digest: str) -> tuple[IdempotencyRecord, bool]:

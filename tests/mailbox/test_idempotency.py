@@ -246,3 +246,17 @@ def test_the_sweeper_prunes_when_the_process_starts_and_then_hourly(db, monkeypa
     monkeypatch.setattr(idempotency, "_pruned_at", idempotency._pruned_at - idempotency.PRUNE_EVERY - 1)
     recovery.recovery_pass()
     assert IdempotencyRecord.objects.count() == 0
+
+
+def test_the_fingerprint_of_a_calls_arguments_never_changes():
+    """A stored key's fingerprint is compared with a retry's for the whole window, across
+    upgrades: the canonical JSON it hashes (keys sorted, no spaces, defaults in, the key
+    out) is fixed here, byte for byte."""
+    import hashlib
+
+    from mailbox.engine.idempotency import fingerprint
+    from teams.schemas import SendMessageArgs
+
+    arguments = SendMessageArgs(target="impl", message="héllo \"team\"", idempotency_key="k-1")
+    canonical = '{"message":"h\\u00e9llo \\"team\\"","reply_to":null,"target":"impl"}'
+    assert fingerprint(arguments) == hashlib.sha256(canonical.encode()).hexdigest()
