@@ -10,8 +10,8 @@ import secrets
 
 os.environ.setdefault("SECRET_KEY", "test-" + secrets.token_urlsafe(40))
 # Parallel workers (pytest-xdist, scripts/test.sh) share the run's Redis: a channel prefix
-# each, or one worker's team 1 would hear another's. (Their test databases are apart:
-# pytest-django suffixes the PostgreSQL name per worker, SQLite's is per process.)
+# each, or one worker's team 1 would hear another's. (Their test databases are apart: each
+# test process gets a copy of the run's template of its own, tests/conftest.py django_db_setup.)
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL"):
     os.environ["STEERBOARD_CHANNEL_PREFIX"] = f"steerboard-test-{os.environ['PYTEST_XDIST_WORKER']}-{os.getpid()}:"
 

@@ -28,6 +28,30 @@ def pytest_unconfigure(config):
         run_shared.remove(run_id)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):
+    """The test process's database: a copy of the run's migrated template (tests/support/live.py
+    ``process_database``, what a live environment gets), in place of pytest-django's, which made
+    each of a run's four workers ``migrate`` a database of its own from nothing (20-23 s at the
+    start of each under load, 5 Dec: CPU the four spent at once on two cores) and, on
+    PostgreSQL, drop it in its last test's teardown (a checkpoint of the whole cluster:
+    tests/support/run_shared.py ``postgres_drop_at_end``)."""
+    from django.conf import settings
+    from django.db import connections
+
+    from tests.support import live
+
+    with django_db_blocker.unblock():
+        name, remove = live.process_database()
+        for settings_dict in (settings.DATABASES["default"], connections["default"].settings_dict):
+            settings_dict["NAME"] = name
+        connections["default"].close()
+    yield
+    with django_db_blocker.unblock():
+        connections.close_all()
+    remove()
+
+
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
     """Each test starts in a process as if it had just started, and leaves it so
