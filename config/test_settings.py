@@ -17,3 +17,7 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("REDIS_URL"):
 
 # The settings of the processes a test starts: config.settings with a fast password hasher.
 from tests.support.live_settings import *  # noqa: E402,F401,F403
+
+# The test run's `flush` after each transactional test: a DELETE of each table's rows, not
+# Django's TRUNCATE and post_migrate (tests/support/quick_flush/management/commands/flush.py).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.support.quick_flush"]  # noqa: F405
