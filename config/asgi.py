@@ -12,8 +12,11 @@ from django.core.handlers.exception import convert_exception_to_response
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
+from config import websocket_frames
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_asgi_app = get_asgi_application()
+websocket_frames.apply()  # daphne's per-frame work made cheap (config/websocket_frames.py)
 
 from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

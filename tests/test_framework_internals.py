@@ -323,3 +323,69 @@ def _driver_in_transaction(wrapper) -> bool:
 
         return raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
     return raw.in_transaction
+
+
+# --- config/websocket_frames.py on autobahn (daphne's websocket library) -----------------------------------
+AUTOBAHN = f"autobahn {importlib.metadata.version('autobahn')}"
+
+
+def test_autobahn_still_makes_a_masker_per_frame_by_the_name_replaced():
+    """The frames a client sends are unmasked by ``create_xor_masker(mask, length)``'s object,
+    looked up in autobahn's protocol module at each frame, and used only through ``process``
+    and ``pointer``."""
+    import autobahn.websocket.protocol as protocol
+
+    import config.asgi  # noqa: F401  (applies config/websocket_frames.py, as daphne's import of it does)
+    from config.websocket_frames import Masker
+
+    source = inspect.getsource(protocol.WebSocketProtocol.processData)
+    assert "create_xor_masker(" in source, f"{AUTOBAHN}: processData no longer calls create_xor_masker"
+    used = {name for name in ("process", "pointer", "reset") if f"current_frame_masker.{name}(" in source}
+    assert used <= {"process", "pointer"} and "process" in used, f"{AUTOBAHN}: the masker is used as {used}"
+    assert protocol.create_xor_masker is Masker
+
+
+def test_autobahns_per_frame_debug_lines_still_call_the_names_replaced():
+    """sendData and dataReceived format their debug lines' arguments for every frame; the
+    modules look ``hltype`` up by the name config/websocket_frames.py replaces."""
+    import autobahn.twisted.websocket as twisted_websocket
+    import autobahn.websocket.protocol as protocol
+
+    import config.asgi  # noqa: F401
+    from config.websocket_frames import HLTYPE_CALLERS, type_name
+
+    assert "hltype(" in inspect.getsource(protocol.WebSocketProtocol.sendData), f"{AUTOBAHN}: sendData changed"
+    assert "hltype(" in inspect.getsource(twisted_websocket.WebSocketAdapterProtocol.dataReceived), (
+        f"{AUTOBAHN}: dataReceived changed"
+    )
+    assert all(module.hltype is type_name for module in HLTYPE_CALLERS)
+    assert type_name(protocol.WebSocketProtocol.sendData) == "<autobahn.websocket.protocol.WebSocketProtocol.sendData>"
+
+
+def test_autobahns_highlighting_still_reads_the_click_flag_at_each_call():
+    import autobahn.util
+
+    import config.asgi  # noqa: F401
+
+    assert "_HAS_CLICK" in inspect.getsource(autobahn.util.hl), f"{AUTOBAHN}: hl no longer reads _HAS_CLICK"
+    assert autobahn.util.hl("x") == "x"  # plain text: no click.style per frame
+
+
+@pytest.mark.parametrize("size", [0, 1, 3, 4, 5, 127, 128, 129, 1000, 65_537])
+def test_the_masker_unmasks_as_rfc_6455_says_whatever_the_reads(size):
+    """RFC 6455 5.3: octet i of the payload XOR octet i mod 4 of the mask, across reads of any size."""
+    import os
+    import random
+
+    from config.websocket_frames import Masker
+
+    payload, mask = os.urandom(size), os.urandom(4)
+    expected = bytes(octet ^ mask[i % 4] for i, octet in enumerate(payload))
+    masker, out, at = Masker(mask, size), b"", 0
+    rng = random.Random(size)
+    while at < size:
+        step = rng.choice([1, 2, 3, 5, 64, 1000])
+        out += masker.process(payload[at:at + step])
+        at += step
+        assert masker.pointer() == min(at, size)
+    assert out == expected

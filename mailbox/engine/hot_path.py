@@ -94,7 +94,8 @@ class SendJob(_writer.Job):
         self.reply_to = reply_to
         self.kind = kind
         self.key, self.fingerprint = key, fingerprint
-        self.key_id: int | None = None  # the key's row, once claimed
+        self.key_id: int | None = None  # PostgreSQL: the key's row, once claimed
+        self.key_claimed = False
         self.replayed: dict | None = None  # a keyed call made before: its stored result
         self.message_id = message_id_new()
         self.may_admit = may_admit and not faults.armed(_ADMISSION_FAULTS)
@@ -145,7 +146,7 @@ class SendJob(_writer.Job):
             if key_id is None:  # the key was used before: replay or refuse, nothing stored
                 self._key_used(batch, prior_fingerprint, prior_result)
                 return
-            self.key_id = key_id
+            self.key_id, self.key_claimed = key_id, True
             if target[0] is None:  # refused: the claim goes too, so a retry runs again
                 with hot_sql.HotCursor(batch.db) as cursor:
                     cursor.execute(hot_sql.statements(batch.db).key_undo, [key_id])
@@ -171,6 +172,9 @@ class SendJob(_writer.Job):
             batch.traced(self.message_id, *self.trace)
         if self.key_id is not None:
             batch.key_result(self.key_id, json.dumps(self.answer))
+        elif self.key:  # SQLite: claimed now, in memory; its row goes in with the batch's end
+            self.key_claimed = True
+            batch.key_new(self.sender.pk, SEND_TOOL, self.key, self.fingerprint, self.answer)
 
     def _key_used(self, batch, fingerprint: str | None, result) -> None:
         if fingerprint is None:  # another transaction committed the key after this statement began
@@ -185,14 +189,16 @@ class SendJob(_writer.Job):
 
     def _key_found(self, cursor, batch):
         sql = hot_sql.statements(batch.db)
-        expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
-        cursor.execute(sql.key_find, [self.sender.pk, SEND_TOOL, self.key, expired])
+        if batch.keys_live_since is None:  # once a batch: the window's start, as the database stores it
+            batch.keys_live_since = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
+        cursor.execute(sql.key_find, [self.sender.pk, SEND_TOOL, self.key, batch.keys_live_since])
         return cursor.fetchone()
 
     # --- any database: one statement at a time -----------------------------------------------
     def execute(self, batch) -> None:
         sender, sql = self.sender, hot_sql.statements(batch.db)
         now = batch.now_db
+        self.key_id, self.key_claimed = None, False  # a batch run again runs its jobs afresh
         with hot_sql.HotCursor(batch.db) as cursor:
             self.thread_id = ""
             if self.reply_to:
@@ -205,24 +211,19 @@ class SendJob(_writer.Job):
                 cursor.execute(*self._statement(sql, batch))
                 self.piped_result(cursor.fetchone(), batch)
                 return
-            if self.key:  # SQLite: the key claimed first, as PostgreSQL's statement does; its answer at the batch's end
-                expired = batch.db.ops.adapt_datetimefield_value(batch.now - idempotency.window())
-                claimed = json.dumps({"message_id": self.message_id, "thread_id": self.thread_id or self.message_id})
-                cursor.execute(sql.key_store, [sender.pk, SEND_TOOL, self.key, self.fingerprint, claimed, now, expired])
-                row = cursor.fetchone()
-                if row is None:  # a live key: replay or refuse, nothing stored
-                    found = self._key_found(cursor, batch)  # the batch holds the write lock: it is there
-                    self._key_used(batch, found[1], found[2])
+            if self.key:  # SQLite: a live key (claimed earlier in this batch, or stored) is replayed or refused
+                claimed = batch.keys_new.get((sender.pk, SEND_TOOL, self.key))
+                if claimed is None and (found := self._key_found(cursor, batch)) is not None:
+                    claimed = found[1:]  # (fingerprint, result)
+                if claimed is not None:  # nothing stored
+                    self._key_used(batch, *claimed)
                     return
-                self.key_id = row[0]
             cursor.execute(sql.target_claim, [
                 sender.team_id, self.target_name, settings.STEERBOARD["MAX_PENDING_PER_TARGET"],
                 settings.STEERBOARD["TEAM_TOKEN_BUDGET"],
             ])
             row = cursor.fetchone()
-            if row is None:
-                if self.key_id is not None:  # refused: the claim goes too, so a retry runs again
-                    cursor.execute(sql.key_undo, [self.key_id])
+            if row is None:  # refused: the key stays unclaimed, so a retry runs again
                 _refuse_target(cursor, team_id=sender.team_id, target_name=self.target_name)
             self.target_id, self.seq, phase, session_state, self.channel, queued_before, has_host, exhausted = row
             self.target_status = status_of(phase, session_state)
@@ -611,8 +612,8 @@ def _admit_and_answer(job: SendJob) -> dict:
         message_id=job.message_id, thread_id=job.thread_id, team_id=job.sender.team_id, target_name=job.target_name,
         state=state, admission=admission,
     )
-    if job.key_id is not None:  # the key now replays the whole answer
-        IdempotencyRecord.objects.filter(pk=job.key_id).update(result=answer)
+    if job.key_claimed:  # the key now replays the whole answer
+        IdempotencyRecord.objects.filter(member_id=job.sender.pk, tool=SEND_TOOL, key=job.key).update(result=answer)
     return answer
 
 

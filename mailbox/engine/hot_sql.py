@@ -14,6 +14,7 @@ Below the jobs and beside mailbox/plumbing/db.py, which is handed ``batch_flush`
 ``jobs_piped`` and ``hot_transaction`` when the app is ready (mailbox/apps.py).
 """
 import contextlib
+import json
 import weakref
 
 from django.db import connection
@@ -164,12 +165,6 @@ class Statements:
             f"SELECT id, fingerprint, result FROM {keys} WHERE member_id = %s AND tool = %s AND key = %s "
             f"AND created_at >= %s"
         )
-        self.key_store = (
-            f"INSERT INTO {keys} (member_id, tool, key, fingerprint, result, created_at) "
-            f"VALUES (%s, %s, %s, %s, {json_value}, %s) "
-            f"ON CONFLICT (member_id, tool, key) DO UPDATE SET fingerprint = excluded.fingerprint, "
-            f"result = excluded.result, created_at = excluded.created_at WHERE {keys}.created_at < %s RETURNING id"
-        )
         self.key_undo = f"DELETE FROM {keys} WHERE id = %s"
         # A new entry's usage, added to its member's sum for that model (mailbox/members/usage.py).
         usage = MemberUsage._meta.db_table
@@ -184,19 +179,20 @@ class Statements:
         )
         # The batch INSERT of the Lead-log records the jobs append (batch_flush).
         self.log_insert_head, self.log_row = rows_values(json_value)
-        # The answers of the keys a batch's sends claimed, stored in one statement at its end
-        # (batch_flush; ``{rows}``: one ``key_results_row`` each).
-        if vendor == "postgresql":
-            self.key_results = (
-                f"UPDATE {keys} SET result = v.result FROM (VALUES {{rows}}) AS v(id, result) WHERE {keys}.id = v.id"
-            )
-            self.key_results_row = "(CAST(%s AS bigint), CAST(%s AS jsonb))"
-        else:
-            self.key_results = (
-                f"WITH v(id, result) AS (VALUES {{rows}}) UPDATE {keys} "
-                f"SET result = (SELECT v.result FROM v WHERE v.id = {keys}.id) WHERE id IN (SELECT id FROM v)"
-            )
-            self.key_results_row = "(%s, %s)"
+        # What a batch's keyed sends leave for its end, in one statement (batch_flush; ``{rows}``:
+        # one ``_row`` each). PostgreSQL: the answers of the keys their statements claimed.
+        # SQLite: the keys they claimed in memory (Batch.key_new), inserted with their answers;
+        # one found expired is taken over (a live one was found by key_find, and replayed).
+        self.key_results = (
+            f"UPDATE {keys} SET result = v.result FROM (VALUES {{rows}}) AS v(id, result) WHERE {keys}.id = v.id"
+        )
+        self.key_results_row = "(CAST(%s AS bigint), CAST(%s AS jsonb))"
+        self.keys_insert = (
+            f"INSERT INTO {keys} (member_id, tool, key, fingerprint, result, created_at) VALUES {{rows}} "
+            f"ON CONFLICT (member_id, tool, key) DO UPDATE SET fingerprint = excluded.fingerprint, "
+            f"result = excluded.result, created_at = excluded.created_at"
+        )
+        self.keys_insert_row = "(%s, %s, %s, %s, %s, %s)"
         if vendor != "postgresql":
             self.send_piped = self.send_piped_keyed = self.entry_piped = self.entry_piped_usage = None
             self.entry_piped_traced = self.entry_piped_usage_traced = None
@@ -527,6 +523,15 @@ def batch_flush(batch: Batch) -> None:
     if batch.key_results:
         params = [value for row in batch.key_results for value in row]
         statement = sql.key_results.replace("{rows}", ", ".join([sql.key_results_row] * len(batch.key_results)))
+        with HotCursor(batch.db) as cursor:
+            cursor.execute(statement, params, prepare=False)
+    if batch.keys_new:
+        params = [
+            value
+            for (member_id, tool, key), (fingerprint, result) in batch.keys_new.items()
+            for value in (member_id, tool, key, fingerprint, json.dumps(result), batch.now_db)
+        ]
+        statement = sql.keys_insert.replace("{rows}", ", ".join([sql.keys_insert_row] * len(batch.keys_new)))
         with HotCursor(batch.db) as cursor:
             cursor.execute(statement, params, prepare=False)
     if batch.traces:

@@ -97,8 +97,8 @@ class Job:
 class Batch:
     """What the jobs of one transaction share: its clock, and what they leave for its
     end, written in one statement each before the commit (the Lead-log records they
-    append, the results of the idempotency keys they claimed; when the process traces,
-    the trace context of the messages they stored)."""
+    append, the idempotency keys they claimed or those keys' results; when the process
+    traces, the trace context of the messages they stored)."""
 
     def __init__(self, now):
         from django.db import connections
@@ -108,14 +108,23 @@ class Batch:
         self.now_db = self.db.ops.adapt_datetimefield_value(now)  # the clock as the database stores it
         self.log_rows: list[tuple] = []
         self.key_results: list[tuple[int, str]] = []
+        self.keys_new: dict[tuple[int, str, str], tuple[str, dict]] = {}
+        self.keys_live_since = None  # the oldest live idempotency key's time, worked out once (SendJob)
         self.traces: list[tuple[str, str, str | None]] = []
 
     def log(self, *, team_id: int, kind: str, message_id: str | None, data: str) -> None:
         self.log_rows.append((team_id, kind, message_id, data))
 
     def key_result(self, key_id: int, result: str) -> None:
-        """A claimed idempotency key's result (JSON text), stored with the batch."""
+        """A claimed idempotency key's result (JSON text), stored with the batch (PostgreSQL:
+        the send's statement claimed the key's row)."""
         self.key_results.append((key_id, result))
+
+    def key_new(self, member_id: int, tool: str, key: str, fingerprint: str, result: dict) -> None:
+        """An idempotency key claimed in memory, its row inserted with the batch (SQLite: the
+        batch holds the database's one write lock, so a key it found free stays free until
+        its commit; a later job of the batch finds it here)."""
+        self.keys_new[(member_id, tool, key)] = (fingerprint, result)
 
     def traced(self, message_id: str, traceparent: str, tracestate: str | None) -> None:
         """A stored message's trace context (its send's span), stored with the batch."""

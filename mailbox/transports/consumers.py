@@ -414,20 +414,23 @@ class AgentConsumer(_JsonFrames):
         """The last acks of a tool frame's entries: held until the next frame this socket sends,
         which carries them when it is that call's tool_result (one frame instead of two), else
         goes after them, so acks keep their order with everything else."""
-        if self.held is not None:
-            earlier, self.held = self.held, None
-            await super().send_json({"type": "acks", "acks": earlier[1]})
+        await self._held_sent()
         self.held = (event["id"], event["acks"])
 
     async def send_json(self, content, close=False):
         held = self.held
-        if held is not None:
+        if held is not None and content.get("type") == "tool_result" and content.get("id") == held[0]:
             self.held = None
-            if content.get("type") == "tool_result" and content.get("id") == held[0]:
-                content = {**content, "acks": held[1]}
-            else:
-                await super().send_json({"type": "acks", "acks": held[1]})
+            content = {**content, "acks": held[1]}
+        else:
+            await self._held_sent()
         await super().send_json(content, close=close)
+
+    async def _held_sent(self) -> None:
+        """The held acks as a frame of their own (before any other frame, and before a close)."""
+        held, self.held = self.held, None
+        if held is not None:
+            await super().send_json({"type": "acks", "acks": held[1]})
 
     async def session_steer(self, event):
         self.session.steer_sent(event["message"]["id"])
@@ -451,6 +454,9 @@ class AgentConsumer(_JsonFrames):
 
     async def session_reset(self, event):
         # This process was taken for dead and its sessions ended: reconnect and say hello again.
+        # Acks still held are of entries already stored: they go first, so the session need
+        # not send those entries again after its hello.
+        await self._held_sent()
         await self.close(code=CLOSE_RECONNECT)
 
 

@@ -26,6 +26,24 @@ async def test_a_reset_closes_an_agent_websocket_with_reconnect_code(api):
     assert closed == {"type": "websocket.close", "code": 4012}
 
 
+async def test_a_reset_sends_the_acks_still_held_before_it_closes(api):
+    """A tool frame's last acks wait for its tool_result; a reset that comes first sends
+    them on their own, so the entries they acknowledge are not sent again after the hello."""
+    team = await team_new()
+    impl = await spawn(api, team["lead"], "alpha", "impl")
+    agent = Agent(impl)
+    await agent.connect()
+    channel = await database_sync_to_async(lambda: Member.objects.get(name="impl").session_channel)()
+    acks = [{"entry_id": "e-1", "folded": False}]
+
+    await get_channel_layer().send(channel, {"type": "session.acks_held", "id": "call-1", "acks": acks})
+    await get_channel_layer().send(channel, {"type": "session.reset"})
+
+    assert await agent.comm.receive_json_from(timeout=5) == {"type": "acks", "acks": acks}
+    closed = await agent.comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4012}
+
+
 async def test_a_reset_closes_a_host_websocket_with_reconnect_code(api):
     team = await team_new()
     host = Agent(team["host"], path="/ws/host/")
