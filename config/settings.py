@@ -194,9 +194,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests use a file, not shared-cache memory: the busy timeout then holds
     # for concurrent threads as it does in production. One file per process.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3" and os.environ.get("STEERBOARD_TEST_DB"):
-    # A test database of its own: two test runs on one PostgreSQL do not share test_steerboard.
-    DATABASES["default"]["TEST"] = {"NAME": os.environ["STEERBOARD_TEST_DB"]}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and _env_bool("STEERBOARD_DB_POOL", False):
     # Optional, and off by default: the agents' API and the websockets do their
     # database work on a few long-lived threads that keep their connections

@@ -28,6 +28,30 @@ def pytest_unconfigure(config):
         run_shared.remove(run_id)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):
+    """The test process's database: a copy of the run's migrated template (tests/support/live.py
+    ``process_database``, what a live environment gets), in place of pytest-django's, which made
+    each of a run's four workers ``migrate`` a database of its own from nothing (20-23 s at the
+    start of each under load, 5 Dec: CPU the four spent at once on two cores) and, on
+    PostgreSQL, drop it in its last test's teardown (a checkpoint of the whole cluster:
+    tests/support/run_shared.py ``postgres_drop_at_end``)."""
+    from django.conf import settings
+    from django.db import connections
+
+    from tests.support import live
+
+    with django_db_blocker.unblock():
+        name, remove = live.process_database()
+        for settings_dict in (settings.DATABASES["default"], connections["default"].settings_dict):
+            settings_dict["NAME"] = name
+        connections["default"].close()
+    yield
+    with django_db_blocker.unblock():
+        connections.close_all()
+    remove()
+
+
 @pytest.fixture(autouse=True)
 def _runtime_fresh():
     """Each test starts in a process as if it had just started, and leaves it so
@@ -80,14 +104,19 @@ def _start_order(item) -> int:
     return 2
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     """Every worker collects the tests in ``_start_order``'s order: a run used to end on one
-    worker still busy with a twenty-second test it was handed last while the others stood
-    idle. pytest-django sorts after this hook (its own is tryfirst too, and registered
-    earlier), stably: the tests on the test database come first, in Django's order, and this
-    order holds within each of its groups. Both sorts are stable, so every worker collects the
-    same order, as pytest-xdist requires. (Where each test runs: ``pytest_xdist_make_scheduler``.)"""
+    worker still busy with a long test it was handed last while the others stood idle. This
+    sorts after pytest-django's sort (Django's order: the tests on the test database, then the
+    transactional ones, then those without it), so that the slow tests lead whatever their
+    database: sorted before it, the crash-window and outage tests (no test database, daphne
+    processes of their own) still came after some six hundred that use it, at the run's end.
+    Django orders its tests so that a TransactionTestCase's flush cannot take away rows a data
+    migration left for the TestCases; the project's migrations leave none, and the run's flush
+    keeps what ``migrate`` wrote (tests/support/quick_flush). Both sorts are stable, so every
+    worker collects the same order, as pytest-xdist requires. (Where each test runs:
+    ``pytest_xdist_make_scheduler``.)"""
     items.sort(key=_start_order)
 
 

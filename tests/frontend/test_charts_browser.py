@@ -100,12 +100,18 @@ def test_charts_render_with_ticks_and_numbers_and_the_window_switch_works(inproc
     expect(latency.locator("[data-clipped]")).to_have_count(2)
     assert float(latency.get_attribute("data-y-max")) < 30
     # One colour per member: the lane's swatch, its series, the team chart's and the legend agree.
-    colour = page.locator('[data-member="implementer"] .swatch').evaluate("e => getComputedStyle(e).backgroundColor")
-    lane_line = impl.locator('svg[data-chart="msg-rate"] polyline').evaluate("e => getComputedStyle(e).stroke")
-    team_line = rate.locator("polyline.c1").evaluate("e => getComputedStyle(e).stroke")
-    legend = page.locator('[data-legend="implementer"]').evaluate("e => getComputedStyle(e, '::before').color")
+    # Read in one turn of the page's script: the charts redraw every few seconds (charts.js), and
+    # an element read after a redraw replaced it has no computed style ('' on a loaded run).
+    colour, lane_line, team_line, legend, reviewer = page.evaluate("""() => {
+        const style = (selector, pseudo) => getComputedStyle(document.querySelector(selector), pseudo);
+        return [style('[data-member="implementer"] .swatch').backgroundColor,
+                style('[data-lane-charts="implementer"] svg[data-chart="msg-rate"] polyline').stroke,
+                style('#team-charts svg[data-chart="msg-rate"] polyline.c1').stroke,
+                style('[data-legend="implementer"]', '::before').color,
+                style('[data-member="reviewer"] .swatch').backgroundColor];
+    }""")
     assert colour == lane_line == team_line == legend
-    assert page.locator('[data-member="reviewer"] .swatch').evaluate("e => getComputedStyle(e).backgroundColor") != colour
+    assert reviewer != colour
 
     # 1 h: the reviewer's deliveries forty minutes ago come in; the switch survives a reload.
     page.get_by_role("button", name="1 h").click()

@@ -15,10 +15,12 @@ import json
 import os
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,15 @@ def _postgres_database_new(base_url: str, template: str | None = None) -> str:
     name = f"steerboard_e2e_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(_server(base_url) + "/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        if _server(base_url) == _server(_postgres_or_default(_RUN_DATABASE_URL)):
+            # On the run's server (the test processes' databases, the live environments', the
+            # templates) a commit returns without waiting for its WAL to reach the disk: 4.9 ms a
+            # commit became 0.4 ms (5 Dec, load 12), and the tests and their daphne processes
+            # commit thousands of times. What a commit makes visible, and to whom, is unchanged;
+            # only a crash of that server itself could lose the last commits, and no test crashes
+            # it: a test that stops or kills PostgreSQL does it to a cluster of its own
+            # (tests/support/services.py), whose commits reach the kernel before they return.
+            conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
     return _server(base_url) + "/" + name
 
 
@@ -116,10 +127,10 @@ def _run_template(env: dict, base_url: str) -> str:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
                 return name
             building = _postgres_database_new(base_url)
-            run_shared.postgres_template_made(building)
+            run_shared.postgres_drop_at_end(building)
             _migrate(env, building)
             conn.execute(f'ALTER DATABASE "{building.rsplit("/", 1)[1]}" RENAME TO "{name}"')
-            run_shared.postgres_template_made(_server(base_url) + "/" + name)
+            run_shared.postgres_drop_at_end(_server(base_url) + "/" + name)
         return name
 
 
@@ -134,7 +145,7 @@ def _template_dump(env: dict, run_postgres: str) -> bytes:
         try:
             _dumps[run_postgres] = _postgres_tool("pg_dump", "--no-owner", "--no-privileges", "-d", copy)
         finally:
-            _postgres_database_drop(copy)
+            _postgres_database_done(copy)
     return _dumps[run_postgres]
 
 
@@ -158,6 +169,18 @@ def _sqlite_copy(source: str, target: Path) -> None:
         src.close()
 
 
+def _postgres_database_done(url: str) -> None:
+    """A database no test uses any more. On the run's server it is dropped when the run ends
+    (``run_shared.postgres_drop_at_end`` says why: a drop checkpoints the whole cluster), or when
+    this process does without pytest-xdist; on a private cluster (fsync off, gone with its test), now."""
+    if _server(url) != _server(_postgres_or_default(_RUN_DATABASE_URL)):
+        _postgres_database_drop(url)
+    elif run_shared.RUN_ID:
+        run_shared.postgres_drop_at_end(url)
+    else:
+        atexit.register(_postgres_database_drop, url)
+
+
 def _postgres_database_drop(url: str) -> None:
     import psycopg
 
@@ -167,6 +190,20 @@ def _postgres_database_drop(url: str) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     except Exception:
         pass
+
+
+def process_database() -> tuple[str, Callable[[], None]]:
+    """The test process's own database (tests/conftest.py ``django_db_setup``): a copy of the
+    run's migrated template, as a live environment's is. Returns Django's ``NAME`` for it (a
+    PostgreSQL database's name or a SQLite file's path) and what removes it when the process is
+    done with it (on the run's PostgreSQL, the controller drops it at the end of the run)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.support.live_settings"}
+    if _RUN_DATABASE_URL.startswith("postgres"):
+        url = _postgres_database_new(_RUN_DATABASE_URL, template=_migrated_template(env, _RUN_DATABASE_URL))
+        return url.rsplit("/", 1)[1], lambda: _postgres_database_done(url)
+    folder = Path(tempfile.mkdtemp(prefix="steerboard-test-"))
+    _sqlite_copy(_migrated_template(env, ""), folder / "test.sqlite3")
+    return str(folder / "test.sqlite3"), lambda: shutil.rmtree(folder, ignore_errors=True)
 
 
 PG_URL_DEFAULT = "postgres://postgres@127.0.0.1:5432/steerboard"
@@ -283,7 +320,7 @@ class LiveEnvironment(ManageCommands):
     def close(self) -> None:
         self._worker_stop()
         if self.postgres:
-            _postgres_database_drop(self.env["DATABASE_URL"])
+            _postgres_database_done(self.env["DATABASE_URL"])
 
 
 class _ManageWorker:

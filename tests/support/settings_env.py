@@ -11,7 +11,7 @@ import os
 from tests.support.fresh_import import fresh_import
 
 # What the test run sets for itself that a deployment's process would not have.
-_RUNS_OWN = ("SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "STEERBOARD_TEST_DB",
+_RUNS_OWN = ("SECRET_KEY", "DEBUG", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE",
              "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "LOG_FORMAT")
 
 
