@@ -73,8 +73,11 @@ def member_start(*, member_id: int) -> bool:
     return True
 
 
-def members_start_pending(*, team_id: int | None = None) -> int:
-    """Ask connected hosts to start members still provisioning whose start went stale."""
+def members_start_pending(*, team_id: int | None = None, wait: bool = False) -> int:
+    """Ask connected hosts to start members still provisioning whose start went stale.
+    A member another transaction holds (recovery admitting its messages, another host's
+    arrival) is passed over, for the next sweep; ``wait``: waited for instead, as a host that
+    has just arrived must get its starts now (passed over, it waited for the sweep)."""
     started = 0
     with_host = HostPresence.objects.values_list("team_id", flat=True)
     qs = Member.objects.filter(phase=Phase.PROVISIONING, session_state=SessionState.INACTIVE, team_id__in=with_host)
@@ -83,7 +86,7 @@ def members_start_pending(*, team_id: int | None = None) -> int:
     for member_id in list(qs.values_list("pk", flat=True)[:100]):
         with transaction.atomic():
             # Read again under the lock: a session may have said hello since the query above.
-            locked = qs.select_for_update(skip_locked=True, no_key=True).filter(pk=member_id).first()
+            locked = qs.select_for_update(skip_locked=not wait, no_key=True).filter(pk=member_id).first()
             if locked is None or start_is_fresh(locked):
                 continue
             try:

@@ -41,7 +41,7 @@ def host_arrived(*, team_id: int, channel: str) -> None:
     gone are asked of this one."""
     presence.host_attached(team_id=team_id, channel=channel)
     Member.objects.filter(team_id=team_id).update(start_requested_at=None)
-    starts.members_start_pending(team_id=team_id)
+    starts.members_start_pending(team_id=team_id, wait=True)
     if _catch_up is not None:
         _catch_up(team_id=team_id)
 
