@@ -104,19 +104,14 @@ def _start_order(item) -> int:
     return 2
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Every worker collects the tests in ``_start_order``'s order: a run used to end on one
-    worker still busy with a long test it was handed last while the others stood idle. This
-    sorts after pytest-django's sort (Django's order: the tests on the test database, then the
-    transactional ones, then those without it), so that the slow tests lead whatever their
-    database: sorted before it, the crash-window and outage tests (no test database, daphne
-    processes of their own) still came after some six hundred that use it, at the run's end.
-    Django orders its tests so that a TransactionTestCase's flush cannot take away rows a data
-    migration left for the TestCases; the project's migrations leave none, and the run's flush
-    keeps what ``migrate`` wrote (tests/support/quick_flush). Both sorts are stable, so every
-    worker collects the same order, as pytest-xdist requires. (Where each test runs:
-    ``pytest_xdist_make_scheduler``.)"""
+    worker still busy with a twenty-second test it was handed last while the others stood
+    idle. pytest-django sorts after this hook (its own is tryfirst too, and registered
+    earlier), stably: the tests on the test database come first, in Django's order, and this
+    order holds within each of its groups. Both sorts are stable, so every worker collects the
+    same order, as pytest-xdist requires. (Where each test runs: ``pytest_xdist_make_scheduler``.)"""
     items.sort(key=_start_order)
 
 
