@@ -14,6 +14,7 @@ import logging
 from autobahn.exception import Disconnected
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.consumer import get_handler_name
+from django.utils import timezone
 from pydantic import ValidationError
 
 from mailbox.plumbing import events
@@ -479,9 +480,10 @@ class HostConsumer(_JsonFrames):
         auth.host_socket_opened(self.token)
         presence.socket_opened(self.channel_name)
         self.group = events.host_group(self.team.pk)
+        joined_at = timezone.now()  # every start asked from here on reaches this socket
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        await to_db_thread(hosts.host_arrived)(team_id=self.team.pk, channel=self.channel_name)
+        await to_db_thread(hosts.host_arrived)(team_id=self.team.pk, channel=self.channel_name, joined_at=joined_at)
 
     async def detach(self, code):
         if self.team is None:
