@@ -79,11 +79,15 @@ def prompt_turn_start(*, member_id: int, prompt_id: str) -> HistoryEntry | None:
 def turn_bounded_after(start: HistoryEntry) -> bool:
     """Whether the member's history holds a ``turn_start`` or ``turn_end`` after ``start``.
     Until it does, the turn ``start`` is in has not ended (``turn_after`` ends a turn at
-    nothing else), which one lookup on the history_turn_bounds index tells."""
-    # Ordered as the index is: with a bare LIMIT (or by id alone) PostgreSQL may walk
-    # the primary key through every later entry of every member instead.
+    nothing else): one range of the history_turn_bounds index tells."""
+    # Counted, not asked for the first one: with a LIMIT (``exists()``, ``first()``, either
+    # order) PostgreSQL, once it has the table's statistics, expects a boundary within a few
+    # rows of the primary key and walks every later entry of every member while the turn
+    # still runs, which is exactly when this is asked. Counted, it compares the two ranges
+    # whole, and the index's holds the member's boundaries only: none while the turn runs,
+    # a few once it ended (the task is settled at the read that finds them).
     later = HistoryEntry.objects.filter(member_id=start.member_id, id__gt=start.id).filter(_TURN_BOUNDS)
-    return later.order_by("member_id", "id").values_list("id", flat=True).first() is not None
+    return later.count() > 0
 
 
 def turn_after(start: HistoryEntry, *, kinds: list[str]) -> list[HistoryEntry]:
