@@ -12,6 +12,7 @@ the Queue adapter and recovery ask it.
 import logging
 
 from collections.abc import Callable
+from datetime import datetime
 
 from django.db import transaction
 
@@ -35,17 +36,14 @@ def catch_up_with(catch_up: Callable[..., None]) -> None:
 
 
 # --- a host's websocket ---------------------------------------------------------------------
-def host_arrived(*, team_id: int, channel: str, joined_at=None) -> None:
+def host_arrived(*, team_id: int, channel: str, joined_at: datetime) -> None:
     """A host connected to the team (its websocket ``channel``): record it, then let it
     provision and resume what was waiting for one. Starts asked before it joined the team's
     hosts (``joined_at``: it gets every start asked since) may have gone to a host that is
     gone: they are asked of this one. One asked since reached it: asked again, its new token
     would revoke the one this host was just given."""
     presence.host_attached(team_id=team_id, channel=channel)
-    asked_before = Member.objects.filter(team_id=team_id)
-    if joined_at is not None:
-        asked_before = asked_before.filter(start_requested_at__lt=joined_at)
-    asked_before.update(start_requested_at=None)
+    Member.objects.filter(team_id=team_id, start_requested_at__lt=joined_at).update(start_requested_at=None)
     starts.members_start_pending(team_id=team_id, wait=True)
     if _catch_up is not None:
         _catch_up(team_id=team_id)

@@ -331,9 +331,12 @@ def validate_arguments(tool: Tool, arguments) -> BaseModel:
         raise TeamError(ErrorCode.VALIDATION_ERROR, wire.validation_summary(exc))
 
 
+_SEND_FIELDS = frozenset(schemas.SendMessageArgs.model_fields)
+
+
 def _steer_only(arguments: dict) -> None:
     """Refuse any delivery or scheduling choice in a send: quiet delivery does not exist."""
-    allowed = set(schemas.SendMessageArgs.model_fields)
+    allowed = _SEND_FIELDS
     unknown = sorted(str(k) for k in arguments if k not in allowed)
     if unknown:
         raise TeamError(
