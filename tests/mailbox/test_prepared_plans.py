@@ -66,3 +66,38 @@ def test_a_batch_after_the_doubling_runs_on_freshly_planned_statements():
         assert _probe(raw, 3) == 3
     assert _prepared(raw) == 1  # deallocated before the batch, prepared again inside it
     assert raw.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def _named(statements: hot_sql.Statements) -> dict[str, str]:
+    return {name: text for name, text in vars(statements).items() if isinstance(text, str) and "%(" in text}
+
+
+def test_a_statement_in_its_raw_form_is_what_psycopg_would_have_sent():
+    """The writer sends its statements with named parameters as PostgreSQL's own ``$n`` text
+    (``hot_sql.raw_form``: psycopg parses a statement longer than 4 096 bytes on every
+    execute, and the send's are). Every one of them reads, number for number and parameter
+    for parameter, as psycopg's own conversion of it."""
+    from psycopg._queries import PostgresQuery
+    from psycopg.adapt import Transformer
+
+    named = _named(hot_sql.Statements("postgresql"))
+    assert {"send_piped", "send_piped_keyed", "entry_piped"} <= set(named)
+    assert max(len(text.encode()) for text in named.values()) > 4096  # why the raw form exists
+    for name, statement in named.items():
+        text, order = hot_sql.raw_form(statement)
+        params = {key: f"value of {key}" for key in order}
+        psycopg_query = PostgresQuery(Transformer())
+        psycopg_query.convert(statement, params)
+        assert text.encode() == psycopg_query.query, name
+        assert [params[key] for key in order] == [p.decode() for p in psycopg_query.params], name
+        assert hot_sql.raw_form(statement) is hot_sql.raw_form(statement)  # converted once
+
+
+@postgres_run_only("the driver's raw cursor is PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_a_named_statement_runs_in_its_raw_form_with_a_parameter_used_twice():
+    connection.ensure_connection()
+    cursor = hot_sql._pg_execute(
+        connection.connection, "SELECT %(a)s::int + %(b)s::int * %(a)s::int", {"b": 3, "a": 2}, prepare=False
+    )
+    assert isinstance(cursor, psycopg.RawCursor) and cursor.fetchone() == (8,)
