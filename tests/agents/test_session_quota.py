@@ -25,16 +25,16 @@ async def until(predicate, what, timeout=60):
 
 
 async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(inproc_env, served, settings):
-    # 6000 bytes a minute: 100 bytes a second after the first 6000.
-    settings.STEERBOARD = {**settings.STEERBOARD, "HISTORY_BYTES_PER_MINUTE": 6000}
+    # 30 000 bytes a minute: 500 bytes a second after the first 30 000.
+    settings.STEERBOARD = {**settings.STEERBOARD, "HISTORY_BYTES_PER_MINUTE": 30_000}
     server = served
     team = Team(inproc_env, server, "quota")
     async with worker_session(team, ShortModel()) as session:
         sent = []
         # The first message's turn is about the whole minute's bytes (the entry that carries
         # it, or the ones after it, wait for the quota); each later entry then waits for the
-        # bucket to refill by its own size, a few seconds at 100 bytes a second.
-        for i, size in enumerate([5600, 20, 20]):
+        # bucket to refill by its own size, under a second at 500 bytes a second.
+        for i, size in enumerate([29_600, 20, 20]):
             answer = await asyncio.to_thread(
                 team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * size
             )
