@@ -33,8 +33,10 @@ async def test_a_session_waits_out_the_history_quota_and_loses_no_entry(inproc_e
         sent = []
         # The first message's turn is about the whole minute's bytes (the entry that carries
         # it, or the ones after it, wait for the quota); each later entry then waits for the
-        # bucket to refill by its own size, under a second at 500 bytes a second.
-        for i, size in enumerate([29_600, 20, 20]):
+        # bucket to refill by its own size, at 500 bytes a second: the two later turns are some
+        # 2 500 bytes past the minute's, about five seconds (so they are refused even when a
+        # loaded machine takes that long to send them).
+        for i, size in enumerate([29_600, 300, 300]):
             answer = await asyncio.to_thread(
                 team.tool, "lead", "send_message", target="worker", message=f"{i}:" + "x" * size
             )

@@ -148,8 +148,10 @@ class Socket:
     def __init__(self, ws, probe: str):
         self.ws, self.probe, self.n = ws, probe, 0
 
-    async def frame(self, text: str, what, answered: bool = False) -> None:
-        """``answered``: the frame gets an ``ack`` or an ``error`` of its own (an entry), awaited first."""
+    async def frame(self, text: str, what, answered: bool = False, call: str | None = None) -> None:
+        """``answered``: the frame gets an ``ack`` or an ``error`` of its own (an entry), awaited first.
+        ``call``: the frame is a tool call with this id, answered by its ``tool_result`` or, refused
+        before it runs, by an ``error``; awaited too (a call runs beside the probe, and can end after it)."""
         self.n += 1
         await self.ws.send(text)
         while answered:
@@ -157,11 +159,14 @@ class Socket:
             assert not (frame.get("type") == "error" and frame["error"]["code"] == "SERVER_ERROR"), (what, frame)
             answered = frame.get("type") not in ("ack", "error")
         await self.ws.send(self.probe.replace("PROBE", f"probe-{self.n}"))
-        while True:
+        probed, called = False, call is None
+        while not (probed and called):
             frame = await self.next(what)
             assert not (frame.get("type") == "error" and frame["error"]["code"] == "SERVER_ERROR"), (what, frame)
             if frame.get("type") == "tool_result" and frame.get("id") == f"probe-{self.n}":
-                return
+                probed = True
+            elif frame.get("type") == "error" or (frame.get("type") == "tool_result" and frame.get("id") == call):
+                called = True
 
     async def next(self, what) -> dict:
         try:
@@ -260,7 +265,7 @@ async def _tool_frames_and_bodies(server: Served, part: str) -> dict[str, int]:
             lead_socket = Socket(lead_ws, probe)
             for n, (tool, label, body) in enumerate(cases):
                 await lead_socket.frame(f'{{"type": "tool", "id": "call-{n}", "name": "{tool}", "arguments": {body}}}',
-                                        ("ws tool", tool, label))
+                                        ("ws tool", tool, label), call=f"call-{n}")
         counts["websocket tool frames"] = len(cases)
 
     if part == "agent and host frames":
