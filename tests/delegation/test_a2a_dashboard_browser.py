@@ -41,7 +41,8 @@ def keyless_host(url: str, host_token: str):
         left = asyncio.all_tasks(loop)  # what the host's websockets left (their keepalives)
         for each in left:
             each.cancel()
-        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        if left:  # gather() of nothing looks for this thread's current loop, and it has none
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         loop.close()
 
     thread = threading.Thread(target=run, name="keyless-host", daemon=True)
