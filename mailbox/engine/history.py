@@ -85,7 +85,9 @@ def turn_bounded_after(start: HistoryEntry) -> bool:
     # rows of the primary key and walks every later entry of every member while the turn
     # still runs, which is exactly when this is asked. Counted, it compares the two ranges
     # whole, and the index's holds the member's boundaries only: none while the turn runs,
-    # a few once it ended (the task is settled at the read that finds them).
+    # a few once it ended (the task is settled at the read that finds them). A turn left
+    # without its end (a session that could not resume it) leaves its task working, and each
+    # read of it counts the member's boundaries since: two a later turn.
     later = HistoryEntry.objects.filter(member_id=start.member_id, id__gt=start.id).filter(_TURN_BOUNDS)
     return later.count() > 0
 
