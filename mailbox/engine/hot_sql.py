@@ -425,11 +425,14 @@ def _pg_execute(raw, statement: str, params, *, prepare: bool):
 
     if isinstance(params, dict):
         text, names = raw_form(statement)
-        cursor = psycopg.RawCursor(raw)
-        cursor.execute(text, [params[name] for name in names], prepare=prepare)
+        cursor, params = psycopg.RawCursor(raw), [params[name] for name in names]
     else:
-        cursor = psycopg.Cursor(raw)
-        cursor.execute(statement, params, prepare=prepare)
+        cursor, text = psycopg.Cursor(raw), statement
+    try:
+        cursor.execute(text, params, prepare=prepare)
+    except BaseException:
+        cursor.close()
+        raise
     return cursor
 
 
@@ -458,6 +461,7 @@ class HotCursor:
             if self.postgres:
                 if self.cursor is not None:
                     self.cursor.close()
+                    self.cursor = None
                 self.cursor = _pg_execute(self.raw, statement, params, prepare=prepare)
             else:
                 self.cursor.execute(statement, params)

@@ -336,12 +336,11 @@ _SEND_FIELDS = frozenset(schemas.SendMessageArgs.model_fields)
 
 def _steer_only(arguments: dict) -> None:
     """Refuse any delivery or scheduling choice in a send: quiet delivery does not exist."""
-    allowed = _SEND_FIELDS
-    unknown = sorted(str(k) for k in arguments if k not in allowed)
+    unknown = sorted(str(k) for k in arguments if k not in _SEND_FIELDS)
     if unknown:
         raise TeamError(
             ErrorCode.VALIDATION_ERROR,
-            f"send_message takes only {', '.join(sorted(allowed))}; remove {', '.join(map(repr, unknown))}. "
+            f"send_message takes only {', '.join(sorted(_SEND_FIELDS))}; remove {', '.join(map(repr, unknown))}. "
             "Team messages always steer: a running target gets the message at its next step boundary, an idle "
             "one starts a turn, an inactive one is resumed. There is no quiet, scheduled or deferred delivery "
             "and no notification policy to choose.",
