@@ -84,6 +84,14 @@ class TaskView:
         return self.state in FINAL_STATES
 
 
+# The fields a view takes from its row as they are (its member is the row's member_name; its
+# tool results are the row's only once final, its ask is found beside it).
+_VIEW_FROM_ROW = (
+    "id", "context_id", "author", "prompt_id", "message_id", "content", "state", "reason", "answer",
+    "updated_at", "started_at",
+)
+
+
 @dataclass
 class TaskRow:
     """A task as its reads need it: its row, with its member's name and phase, its
@@ -206,20 +214,7 @@ def tasks_by_id(task_ids: list[str]) -> list[TaskView]:
 
 
 def _view(task: TaskRow, started) -> TaskView:
-    view = TaskView(
-        id=task.id,
-        context_id=task.context_id,
-        member=task.member_name,
-        author=task.author,
-        prompt_id=task.prompt_id,
-        message_id=task.message_id,
-        content=task.content,
-        state=task.state,
-        reason=task.reason,
-        answer=task.answer,
-        updated_at=task.updated_at,
-        started_at=task.started_at,
-    )
+    view = TaskView(member=task.member_name, **{name: getattr(task, name) for name in _VIEW_FROM_ROW})
     if task.state in FINAL_STATES:
         view.tool_results = _kept_tool_results(task)
         return view

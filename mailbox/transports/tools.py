@@ -90,13 +90,7 @@ def _interrupt_agent(lead: Member, args: schemas.InterruptAgentArgs) -> dict:
 
 def _task_create(member: Member, args: schemas.TaskCreateArgs) -> dict:
     def create() -> dict:
-        task = services.task_create(
-            member=member,
-            subject=args.subject,
-            description=args.description,
-            blocked_by=args.blocked_by,
-            write_scopes=args.write_scopes,
-        )
+        task = services.task_create(member=member, **args.model_dump(exclude={"idempotency_key"}))
         return {**_task_view(member, task.public_id), "idempotent_replay": False}
 
     result = idempotency.run_once(member=member, tool="team_task_create", arguments=args, perform=create)
@@ -111,14 +105,7 @@ async def _task_create_on_writer(member: Member, args: schemas.TaskCreateArgs) -
 
 
 def _task_list(member: Member, args: schemas.TaskListArgs) -> dict:
-    tasks, next_cursor = selectors.task_list(
-        team_id=member.team_id,
-        status=args.status,
-        owner=args.owner,
-        ready=args.ready,
-        cursor=args.cursor,
-        limit=args.limit,
-    )
+    tasks, next_cursor = selectors.task_list(team_id=member.team_id, **args.model_dump())
     return {"tasks": selectors.tasks_out(tasks, team_id=member.team_id), "next_cursor": next_cursor}
 
 
