@@ -77,30 +77,21 @@ async def _set_or_after(event: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _sweep_loop(interval: float) -> None:
+async def _pass_loop(woken: asyncio.Event, interval: float, work, what: str, *, until_it_lands: bool = False) -> None:
+    """``work`` on a database thread every ``interval``, or at once when ``woken`` is set (the
+    database came back, or a detach failed); a failure other than an outage is logged. With
+    ``until_it_lands`` a failed pass is tried again within a fraction of a second, not next interval."""
     while True:
-        await _set_or_after(_wake, interval)  # the interval, or less: the database came back, and recovery starts at once
-        _wake.clear()
+        await _set_or_after(woken, interval)
+        woken.clear()
         try:
-            await to_db_thread(recovery_pass)()
+            await to_db_thread(work)()
         except Exception as exc:
-            if outage.noted(exc, "the recovery sweep") is None:
-                log.warning("recovery sweep failed; trying again next interval", exc_info=True)
-
-
-async def _reconcile_loop(interval: float) -> None:
-    """recovery.presence_reconcile: when a detach failed (``reconcile_soon``), when the
-    database comes back, and every ``interval``; tried again until it lands."""
-    while True:
-        await _set_or_after(_reconcile, interval)
-        _reconcile.clear()
-        try:
-            await to_db_thread(presence_reconcile)()
-        except Exception as exc:
-            if outage.noted(exc, "reconciling presence") is None:
-                log.warning("reconciling this process's presence failed; trying again", exc_info=True)
-            await asyncio.sleep(OUTAGE_BEAT_INTERVAL)
-            _reconcile.set()
+            if outage.noted(exc, what) is None:
+                log.warning("%s failed; trying again", what, exc_info=True)
+            if until_it_lands:
+                await asyncio.sleep(OUTAGE_BEAT_INTERVAL)
+                woken.set()
 
 
 # Objects frozen after the last full pass, and since it (counted as they are frozen:
@@ -175,11 +166,16 @@ async def _run(sweep_interval: float, beat_interval: float) -> None:
     that takes long under load (it queues with the requests for the database
     threads) must not delay the beat, or the other processes take this one for
     dead."""
-    loops = [_beat_loop(beat_interval), _reconcile_loop(RECONCILE_INTERVAL), _heap_loop(HEAP_SETTLE_INTERVAL)]
+    loops = [
+        _beat_loop(beat_interval),
+        # recovery.presence_reconcile: this process's presence rows held against its open websockets.
+        _pass_loop(_reconcile, RECONCILE_INTERVAL, presence_reconcile, "reconciling presence", until_it_lands=True),
+        _heap_loop(HEAP_SETTLE_INTERVAL),
+    ]
     if connections["default"].vendor == "sqlite":
         loops.append(_checkpoint_loop(CHECKPOINT_INTERVAL))
     if sweep_interval > 0:
-        loops.append(_sweep_loop(sweep_interval))
+        loops.append(_pass_loop(_wake, sweep_interval, recovery_pass, "the recovery sweep"))
     await asyncio.gather(*loops)
 
 
