@@ -150,26 +150,36 @@ def open_channels() -> set[str]:
 
 
 def session_attached(*, member_id: int, channel: str) -> None:
-    _ensure_registered()
-    with _lock:
-        _sessions[channel] = member_id
-    SessionPresence.objects.update_or_create(channel=channel, defaults={"member_id": member_id, "process_id": PROCESS_ID})
+    _attached("session", channel, member_id)
 
 
 def session_detached(*, channel: str) -> None:
-    with _lock:
-        _sessions.pop(channel, None)
-    SessionPresence.objects.filter(channel=channel).delete()
+    _detached("session", channel)
 
 
 def host_attached(*, team_id: int, channel: str) -> None:
-    _ensure_registered()
-    with _lock:
-        _hosts[channel] = team_id
-    HostPresence.objects.update_or_create(channel=channel, defaults={"team_id": team_id, "process_id": PROCESS_ID})
+    _attached("host", channel, team_id)
 
 
 def host_detached(*, channel: str) -> None:
+    _detached("host", channel)
+
+
+# Each kind of websocket this process holds: its channels here (channel -> owner id), its
+# presence rows, and the rows' owner column.
+_HELD = {"session": (_sessions, SessionPresence, "member_id"), "host": (_hosts, HostPresence, "team_id")}
+
+
+def _attached(kind: str, channel: str, owner_id: int) -> None:
+    held, rows, owner = _HELD[kind]
+    _ensure_registered()
     with _lock:
-        _hosts.pop(channel, None)
-    HostPresence.objects.filter(channel=channel).delete()
+        held[channel] = owner_id
+    rows.objects.update_or_create(channel=channel, defaults={owner: owner_id, "process_id": PROCESS_ID})
+
+
+def _detached(kind: str, channel: str) -> None:
+    held, rows, _ = _HELD[kind]
+    with _lock:
+        held.pop(channel, None)
+    rows.objects.filter(channel=channel).delete()
