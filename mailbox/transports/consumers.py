@@ -173,6 +173,16 @@ class _JsonFrames(LeanConsumer):
         await self.send_json({"type": "error", **exc.as_wire()})
         await self.close(code=code)
 
+    async def sockets_admitted(self, open_sockets: int) -> bool:
+        """Whether the token (``self.token``) may hold one more socket, ``open_sockets``
+        already open; refused with 4429 (``refused``) when not."""
+        try:
+            quota.sockets_admit(open_sockets)
+        except TeamError as exc:
+            await self.refused(exc, CLOSE_TOO_MANY)
+            return False
+        return True
+
     async def unavailable(self, what: str = "database") -> None:
         """A frame needed the database (or Redis), out of reach just now: say so with
         SERVICE_UNAVAILABLE, then close with 4503; the client reconnects after a
@@ -206,11 +216,8 @@ class AgentConsumer(_JsonFrames):
         log_context.bind(**log_context.of_member(self.member))  # this socket's lines name its member
         # The token's SHA-256: what revocation closes this socket by, and the tool frames' rate key.
         self.token = self.rate_key = token_hash(bearer_from_headers(self.scope["headers"]))
-        try:
-            quota.sockets_admit(auth.sockets_open(self.token))
-        except TeamError as exc:
+        if not await self.sockets_admitted(auth.sockets_open(self.token)):
             self.member = None  # nothing of this socket to detach
-            await self.refused(exc, CLOSE_TOO_MANY)
             return
         self.outbox: collections.deque[dict] = collections.deque()
         self.flushing = False
@@ -471,11 +478,8 @@ class HostConsumer(_JsonFrames):
             return
         log_context.bind(team=self.team.name)
         self.token = token_hash(bearer_from_headers(self.scope["headers"]))
-        try:
-            quota.sockets_admit(auth.host_sockets_open(self.token))
-        except TeamError as exc:
+        if not await self.sockets_admitted(auth.host_sockets_open(self.token)):
             self.team = None  # nothing of this socket to detach
-            await self.refused(exc, CLOSE_TOO_MANY)
             return
         auth.host_socket_opened(self.token)
         presence.socket_opened(self.channel_name)
