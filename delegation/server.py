@@ -23,7 +23,7 @@ or a member's prompt queue full, is answered 503 or 429 the same way, in place
 of the SDK's answer (``HttpAnswer``).
 """
 import logging
-from mailbox.plumbing import outage, tracing
+from mailbox.plumbing import log_context, outage, tracing
 from mailbox.transports import edge
 from mailbox.plumbing import wire
 from mailbox.plumbing.auth import bearer_from_headers
@@ -152,23 +152,17 @@ async def _card(request: Request) -> JSONResponse:
     return JSONResponse(agent_card_to_dict(card), headers={"Cache-Control": "no-cache"})
 
 
-class _ClientErrorsQuiet(logging.Filter):
-    """The SDK logs a traceback with the -32600/-32602 it answers for an envelope or
-    params it cannot parse: the client's error, not the server's. The line stays."""
+# The SDK logs a traceback with the -32600/-32602 it answers for an envelope or params it
+# cannot parse: the client's error, not the server's. The line stays.
+_CLIENT_ERRORS = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
 
-    MESSAGES = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg in self.MESSAGES:
-            record.exc_info = None
-            record.exc_text = None
-        return True
+def _client_error(record: logging.LogRecord) -> bool:
+    return record.msg in _CLIENT_ERRORS
 
 
 def _quiet_client_errors() -> None:
-    logger = logging.getLogger("a2a.server.routes.jsonrpc_dispatcher")
-    if not any(isinstance(f, _ClientErrorsQuiet) for f in logger.filters):
-        logger.addFilter(_ClientErrorsQuiet())
+    log_context.traceback_left_out("a2a.server.routes.jsonrpc_dispatcher", _client_error)
 
 
 def build_app() -> Starlette:

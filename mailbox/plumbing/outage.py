@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from django import db as django_db
 
+from mailbox.plumbing import log_context
 from mailbox.plumbing.faults import TemporaryDeliveryError
 from teams.errors import ErrorCode, TeamError
 
@@ -183,22 +184,14 @@ def unavailable_frame(what: str = "database") -> dict:
     return {"type": "error", **unavailable_body(what, persisted=None)}
 
 
-class _CountedNotLogged(logging.Filter):
-    """A request that failed because the database was out of reach is answered 503
-    and counted; Django would also log its traceback (django.request), once per
-    request. The count says it; the "Service Unavailable" line stays."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and unavailable(exc) is not None:
-            record.exc_info = None
-            record.exc_text = None
-        return True
+def _counted(record: logging.LogRecord) -> bool:
+    """A request that failed because the database was out of reach is answered 503 and
+    counted; Django would also log its traceback (django.request), once per request. The
+    count says it; the "Service Unavailable" line stays."""
+    return bool(record.exc_info) and record.exc_info[1] is not None and unavailable(record.exc_info[1]) is not None
 
 
 def install_log_filter() -> None:
     """From MailboxConfig.ready: once per process."""
-    logger = logging.getLogger("django.request")
-    if not any(isinstance(f, _CountedNotLogged) for f in logger.filters):
-        logger.addFilter(_CountedNotLogged())
+    log_context.traceback_left_out("django.request", _counted)
 
