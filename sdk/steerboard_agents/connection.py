@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from typing import Protocol
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -31,25 +32,34 @@ def ws_url(server: str, path: str) -> str:
     return f"{server}/{path.strip('/')}/"
 
 
+class Reconnects(Protocol):
+    """What ``run_reconnecting`` reads of its client (the host, an agent session)."""
+
+    server: str  # http(s)://host:port
+    token: str  # read again before each attempt
+    max_backoff: float
+
+    async def _converse(self, ws: ClientConnection) -> None: ...
+
+
 async def run_reconnecting(
-    url: str,
+    client: Reconnects,
+    path: str,
     *,
-    token: Callable[[], str],
-    converse: Callable[[ClientConnection], Awaitable[None]],
     refused: Callable[[int], Exception],
-    max_backoff: float,
     label: str,
     stopping: asyncio.Event | None = None,
     on_lost: Callable[[], None] | None = None,
     **connect_options,
 ) -> None:
-    """Connect, run ``converse(ws)`` until the connection ends, and connect again, until
-    ``stopping`` is set. A 401/403 for the token the attempt was made with raises
-    ``refused(status)`` (retrying cannot help; a token replaced meanwhile is tried at
-    once). ``on_lost`` runs after each connection, however it ended."""
+    """Connect to ``path`` on the client's server, run ``client._converse(ws)`` until the
+    connection ends, and connect again, until ``stopping`` is set. A 401/403 for the token
+    the attempt was made with raises ``refused(status)`` (retrying cannot help; a token
+    replaced meanwhile is tried at once). ``on_lost`` runs after each connection, however it ended."""
+    url = ws_url(client.server, path)
     backoff = 0.1
     while stopping is None or not stopping.is_set():
-        sent_token = token()
+        sent_token = client.token
         try:
             async with websockets.connect(
                 url,
@@ -60,11 +70,11 @@ async def run_reconnecting(
                 **connect_options,
             ) as ws:
                 backoff = 0.1
-                await converse(ws)
+                await client._converse(ws)
         except InvalidStatus as exc:
             status = exc.response.status_code
             if status in (401, 403):
-                if token() == sent_token:  # a token replaced meanwhile is tried next
+                if client.token == sent_token:  # a token replaced meanwhile is tried next
                     raise refused(status)
             log.info("%s websocket refused: %s", label, exc)
         except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
@@ -75,4 +85,4 @@ async def run_reconnecting(
         if stopping is not None and stopping.is_set():
             return
         await asyncio.sleep(backoff)
-        backoff = min(backoff * 2, max_backoff)
+        backoff = min(backoff * 2, client.max_backoff)

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from steerboard_agents.connection import run_reconnecting, ws_url
+from steerboard_agents.connection import run_reconnecting
 from steerboard_agents.model import Model
 from steerboard_agents.session import AgentSession, SessionRefused
 
@@ -60,13 +60,8 @@ class Host:
             self.start({"type": "start", "member": member, "token": token, "reason": "restore"})
         try:
             await run_reconnecting(
-                ws_url(self.server, "ws/host"),
-                token=lambda: self.token,
-                converse=self._converse,
+                self, "ws/host", label="host", on_lost=self.connected.clear,
                 refused=lambda status: HostRefused(f"the server refused the host token ({status})"),
-                max_backoff=self.max_backoff,
-                label="host",
-                on_lost=self.connected.clear,
             )
         finally:
             await self.stop_sessions()

@@ -35,7 +35,7 @@ from typing import Any
 from websockets.exceptions import WebSocketException
 
 from steerboard_agents.client import ServerClient, SocketTools, ToolError
-from steerboard_agents.connection import run_reconnecting, ws_url
+from steerboard_agents.connection import run_reconnecting
 from steerboard_agents.inbox import Inbox
 from steerboard_agents.model import Model
 from steerboard_agents.outbox import Outbox
@@ -170,14 +170,8 @@ class AgentSession:
     # --- the websocket -------------------------------------------------------------------------
     async def _connection_loop(self) -> None:
         await run_reconnecting(
-            ws_url(self.server, "ws/agent"),
-            token=lambda: self.token,
-            converse=self._converse,
+            self, "ws/agent", label="agent", stopping=self._stopping, on_lost=self._connection_lost,
             refused=lambda status: SessionRefused(f"the server refused this session's token ({status})"),
-            max_backoff=self.max_backoff,
-            label="agent",
-            stopping=self._stopping,
-            on_lost=self._connection_lost,
             max_size=None,  # a tool_result is as large as its REST answer would be
         )
 
