@@ -249,21 +249,20 @@ class KeylessModel:
                     "blocked_by": [research],
                 },
             )
-        asking = _exchange(
-            context, calls, "researcher", TASK2_BLOCKED,
-            f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
-            answer=TASK1_DONE,
-        )
-        if asking:
-            return asking
         task = _last_task(calls, mine)
-        claiming = _claim_step(calls, mine, task, once_ready=True)
-        if claiming:
-            return claiming
-        return _finish(
-            context, calls, mine, task,
-            "lead", TASK2_DONE, f"{TASK2_DONE} {mine} is completed, built on {research}.",
-            closing=f"{mine} is completed and the Lead has my report.",
+        # The first of these steps that has something to do.
+        return (
+            _exchange(
+                context, calls, "researcher", TASK2_BLOCKED,
+                f"{TASK2_BLOCKED} I created {mine}, blocked by {research}. Tell me when {research} is completed.",
+                answer=TASK1_DONE,
+            )
+            or _claim_step(calls, mine, task, once_ready=True)
+            or _finish(
+                context, calls, mine, task,
+                "lead", TASK2_DONE, f"{TASK2_DONE} {mine} is completed, built on {research}.",
+                closing=f"{mine} is completed and the Lead has my report.",
+            )
         )
 
     # --- the researcher -------------------------------------------------------------------------
@@ -279,20 +278,18 @@ class KeylessModel:
                 {"subject": "Research the approach", "description": "Find what the feature should build on."},
             )
         task = _last_task(calls, mine)
-        claiming = _claim_step(calls, mine, task)
-        if claiming:
-            return claiming
-        asking = _exchange(
-            context, calls, "implementer", TASK1_CLAIMED,
-            f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
-            answer=TASK2_BLOCKED,
-        )
-        if asking:
-            return asking
-        return _finish(
-            context, calls, mine, task,
-            "implementer", TASK1_DONE, f"{TASK1_DONE} {mine} is completed: build on it.",
-            closing=f"{mine} is completed; the implementer knows.",
+        return (
+            _claim_step(calls, mine, task)
+            or _exchange(
+                context, calls, "implementer", TASK1_CLAIMED,
+                f"{TASK1_CLAIMED} I created {mine} and claimed it. Block your task on it.",
+                answer=TASK2_BLOCKED,
+            )
+            or _finish(
+                context, calls, mine, task,
+                "implementer", TASK1_DONE, f"{TASK1_DONE} {mine} is completed: build on it.",
+                closing=f"{mine} is completed; the implementer knows.",
+            )
         )
 
 
