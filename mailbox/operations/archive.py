@@ -27,7 +27,6 @@ from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
 from mailbox.models import HistoryEntry, HumanPrompt, LeadLogRecord, MemberUsage, TeamMessage
