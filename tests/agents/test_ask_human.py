@@ -6,6 +6,7 @@ answer reaches a member whose session ended meanwhile: its host resumes it cold,
 is replayed to the new session. Against the application served in-process, but for the
 restart, which needs a daphne process to kill."""
 import asyncio
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -56,13 +57,21 @@ def said(entries: list[dict]) -> list[str]:
     return [e.get("text") for e in entries if e["kind"] == "assistant_text"]
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_reaches_it(inproc_env, served):
-    team = Team(inproc_env, served, "asking-live")
+@asynccontextmanager
+async def waiting_for_an_answer(team: Team):
+    """The worker's session on an ``AskingModel``, sent "Ship the release." by the lead, once the
+    model has asked and waits for the answer inside its step: yields the session and its model."""
     model = AskingModel()
     async with worker_session(team, model) as session:
         await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="Ship the release.")
         await until(lambda: model.waits, "the model waiting for the answer")
+        yield session, model
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_running_session_waits_inside_its_step_and_the_operators_answer_reaches_it(inproc_env, served):
+    team = Team(inproc_env, served, "asking-live")
+    async with waiting_for_an_answer(team) as (session, model):
         [ask] = await asyncio.to_thread(pending_asks, team)
         assert (ask["member"], ask["options"], ask["id"]) == ("worker", ["approve", "deny"], model.waits[0]["ask_id"])
         assert not session.idle.is_set()  # still in the turn: await_message holds the step
@@ -124,10 +133,7 @@ async def test_an_answer_to_a_member_whose_session_ended_is_delivered_when_its_h
 @pytest.mark.e2e
 async def test_an_ask_survives_a_server_restart_and_is_answered_after_it(live_env, daphne_server):
     team = Team(live_env, daphne_server, "asking-restart")
-    model = AskingModel()
-    async with worker_session(team, model) as session:
-        await asyncio.to_thread(team.tool, "lead", "send_message", target="worker", message="Ship the release.")
-        await until(lambda: model.waits, "the model waiting for the answer")
+    async with waiting_for_an_answer(team) as (session, model):
         connects = session.stats["connects"]
 
         await asyncio.to_thread(daphne_server.kill)  # kill -9: nothing said goodbye

@@ -123,6 +123,14 @@ def tool(server, token: str, tool_name: str, **arguments) -> dict:
     return response.json()
 
 
+def team_with_coder(environment, server, team: str) -> str:
+    """A new team (``environment.team_create``) whose lead spawned ``coder`` without a first
+    prompt, nobody running it yet: the lead's token."""
+    lead = environment.team_create(team)["lead"]["token"]
+    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    return lead
+
+
 def ws_open(url: str, token: str):
     """A sync websocket held open across steps of a test (closed by the caller)."""
     return connect(url, additional_headers={"Authorization": f"Bearer {token}"}).__enter__()

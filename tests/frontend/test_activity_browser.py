@@ -5,7 +5,7 @@ no doorbell rings) and joins Needs attention → working again → waiting for a
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import operator_opens_team, screenshot, tool
+from tests.frontend.conftest import operator_opens_team, screenshot, team_with_coder
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -15,8 +15,7 @@ def test_the_lane_shows_the_members_activity_with_its_age_and_a_stall_needs_atte
 ):
     server = served_thread
     settings.STEERBOARD = {**settings.STEERBOARD, "STALL_AFTER": 3.0}
-    team = inproc_env.team_create("doing")
-    tool(server, team["lead"]["token"], "spawn_teammate", name="coder", description="writes the code", prompt="")
+    team_with_coder(inproc_env, server, "doing")
     operator_opens_team(page, inproc_env, server, "doing")
 
     lane = page.locator('[data-member="coder"]')

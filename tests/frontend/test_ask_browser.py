@@ -9,7 +9,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import login, open_lane, open_team, operator_opens_team, screenshot, tool
+from tests.frontend.conftest import login, open_lane, open_team, operator_opens_team, screenshot, team_with_coder, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -19,9 +19,7 @@ def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
     inproc_env, served_thread, page, agents, browser
 ):
     server = served_thread
-    team = inproc_env.team_create("asking")
-    lead = team["lead"]["token"]
-    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    lead = team_with_coder(inproc_env, server, "asking")
     coder_token = inproc_env.manage_json("member_token", "asking", "coder")["token"]
     coder = agents(server, coder_token, "running")
     operator_opens_team(page, inproc_env, server, "asking")

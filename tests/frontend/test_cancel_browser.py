@@ -4,7 +4,7 @@ as cancelled, its trace ends on the cancel, and the session that connects later 
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, team_with_coder, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -12,9 +12,7 @@ pytestmark = [pytest.mark.browser]
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_cancels_a_waiting_message_and_it_never_reaches_its_target(inproc_env, served_thread, page, agents):
     server = served_thread
-    team = inproc_env.team_create("undo")
-    lead = team["lead"]["token"]
-    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    lead = team_with_coder(inproc_env, server, "undo")
     keep = tool(server, lead, "send_message", target="coder", message="Build the parser.")
     drop = tool(server, lead, "send_message", target="coder", message="Delete the repository.")
     assert keep["status"] == drop["status"] == "queued"  # nobody runs coder yet

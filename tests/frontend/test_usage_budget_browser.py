@@ -7,7 +7,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
-from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, tool
+from tests.frontend.conftest import open_lane, operator_opens_team, screenshot, team_with_coder, tool
 
 pytestmark = [pytest.mark.browser]
 
@@ -27,9 +27,7 @@ def priced_server(settings, monkeypatch, served_thread):
 @pytest.mark.django_db(transaction=True)
 def test_tokens_and_cost_per_member_and_a_budget_an_operator_raises(inproc_env, priced_server, page, agents):
     server = priced_server
-    team = inproc_env.team_create("spend")
-    lead = team["lead"]["token"]
-    tool(server, lead, "spawn_teammate", name="coder", description="writes the code", prompt="")
+    lead = team_with_coder(inproc_env, server, "spend")
     coder = agents(server, inproc_env.manage_json("member_token", "spend", "coder")["token"], "running")
     operator_opens_team(page, inproc_env, server, "spend")
 

@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from mailbox.members import asks
 from mailbox.models import HistoryEntry, HumanAsk, LeadLogRecord, TeamMessage
 from mailbox.operations import recovery
-from tests.support.inproc import Agent, person, spawn, team_new
+from tests.support.inproc import Agent, person, spawn, team_new, team_with_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,9 +86,7 @@ async def test_a_member_has_at_most_so_many_asks_waiting(api, settings):
 
 
 async def test_the_answer_steers_a_running_asker_once_and_a_second_answer_is_409(api):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("running")
+    _, impl = await team_with_session(api, "impl", "running")
     ops, other, viewer = await person("ops", True), await person("other", True), await person("viewer", False)
     ask_id = await ask(api, await _token(impl), question="Ship it?", options=["ship", "wait"])
 
@@ -159,9 +157,7 @@ async def test_an_inactive_asker_is_resumed_by_its_host_and_replayed_the_answer(
 
 @pytest.mark.parametrize("round_", range(6))
 async def test_two_operators_answering_at_once_exactly_one_wins(api, round_):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("idle")
+    _, impl = await team_with_session(api, "impl", "idle")
     first, second = await person("first", True), await person("second", True)
     ask_id = await ask(api, await _token(impl), question="A or B?", options=["a", "b"])
     answers = await asyncio.gather(answer(api, first, ask_id, decision="a"), answer(api, second, ask_id, decision="b"))
@@ -187,9 +183,7 @@ def _deadline_passed(ask_id: str) -> None:
 
 @pytest.mark.parametrize("round_", range(6))
 async def test_an_answer_racing_the_expiry_lets_exactly_one_win(api, round_):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("idle")
+    _, impl = await team_with_session(api, "impl", "idle")
     ops = await person("ops", True)
     ask_id = await ask(api, await _token(impl), question="Now?", kind="approval", expires_in_s=60)
     await _deadline_passed(ask_id)
@@ -210,9 +204,7 @@ async def test_an_answer_racing_the_expiry_lets_exactly_one_win(api, round_):
 
 @pytest.mark.parametrize("round_", range(6))
 async def test_an_answer_just_before_the_deadline_races_the_sweeper_and_one_wins(api, round_):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("idle")
+    _, impl = await team_with_session(api, "impl", "idle")
     ops = await person("ops", True)
     ask_id = await ask(api, await _token(impl), question="Now?", kind="approval", expires_in_s=60)
     sweep = database_sync_to_async(recovery.recovery_pass)
@@ -254,9 +246,7 @@ async def test_the_openapi_document_and_the_tool_list_have_ask_human_and_the_ask
 
 
 async def test_a_session_asks_with_a_tool_frame_on_its_own_websocket(api):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("running")
+    _, impl = await team_with_session(api, "impl", "running")
     await impl.send({"type": "tool", "id": "ask-1", "name": "ask_human",
                      "arguments": {"question": "Which port?", "options": ["80", "443"]}})
     result = await impl.expect("tool_result")

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 
 from mailbox.models import HistoryEntry, TeamMessage
 from mailbox.operations import recovery
-from tests.support.inproc import Agent, person, spawn, team_new, token_for
+from tests.support.inproc import Agent, person, spawn, team_new, team_with_session, token_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,9 +66,7 @@ async def test_a_queued_message_cancelled_is_never_pushed_or_replayed(api):
 
 
 async def test_a_push_in_flight_for_a_cancelled_message_records_nothing_and_a_delivered_one_is_409(api):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("running")
+    team, impl = await team_with_session(api, "impl", "running")
     ops = await person("ops", True)
     first = await api.ok(team["lead"], "send_message", target="impl", message="first")
     second = await api.ok(team["lead"], "send_message", target="impl", message="second")
@@ -90,9 +88,7 @@ async def test_a_push_in_flight_for_a_cancelled_message_records_nothing_and_a_de
 
 @pytest.mark.parametrize("round_", range(12))
 async def test_a_cancel_racing_the_delivery_lets_exactly_one_win(api, round_):
-    team = await team_new()
-    impl = Agent(await spawn(api, team["lead"], "alpha", "impl"))
-    await impl.connect("running")
+    team, impl = await team_with_session(api, "impl", "running")
     ops = await person("ops", True)
     sent = await api.ok(team["lead"], "send_message", target="impl", message=f"race {round_}")
     steer = (await impl.expect("steer"))["message"]

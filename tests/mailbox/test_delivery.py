@@ -10,7 +10,7 @@ from tests.support.sends import message_send
 from mailbox.models import HistoryEntry, LeadLogRecord, MessageState, TeamMessage
 from teams.models import SessionState
 from teams.services import member_session_set, member_spawn, team_create
-from tests.support.inproc import Agent, spawn, team_new
+from tests.support.inproc import Agent, spawn, team_new, team_with_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,10 +26,7 @@ def log_kinds(message_id: str) -> list[str]:
 
 
 async def test_running_target_is_steered_and_delivered_only_after_its_entry(api):
-    team = await team_new()
-    impl = await spawn(api, team["lead"], "alpha", "implementer")
-    agent = Agent(impl)
-    await agent.connect("running")
+    team, agent = await team_with_session(api, "implementer", "running")
 
     sent = await api.ok(team["lead"], "send_message", target="implementer", message="look at task-1")
     assert sent["status"] == "accepted"
@@ -51,10 +48,7 @@ async def test_running_target_is_steered_and_delivered_only_after_its_entry(api)
 
 
 async def test_idle_target_gets_a_steer_that_starts_a_turn(api):
-    team = await team_new()
-    impl = await spawn(api, team["lead"], "alpha", "implementer")
-    agent = Agent(impl)
-    await agent.connect("idle")
+    team, agent = await team_with_session(api, "implementer", "idle")
     sent = await api.ok(team["lead"], "send_message", target="implementer", message="start please")
     assert sent["status"] == "accepted"
     steer = await agent.expect("steer")
@@ -145,10 +139,7 @@ async def test_teammates_reach_the_lead_and_each_other_with_their_real_sender(ap
 
 
 async def test_a_repeated_entry_folds_into_one_history_entry_and_one_delivered_record(api):
-    team = await team_new()
-    impl = await spawn(api, team["lead"], "alpha", "implementer")
-    agent = Agent(impl)
-    await agent.connect("running")
+    team, agent = await team_with_session(api, "implementer", "running")
     sent = await api.ok(team["lead"], "send_message", target="implementer", message="once")
     steer = (await agent.expect("steer"))["message"]
     assert (await agent.integrate(steer, entry_id="e-1"))["folded"] is False
@@ -252,10 +243,7 @@ async def test_an_entries_frame_answers_each_entry_in_order_as_if_each_came_alon
     """An ``entries`` frame: each entry stored or refused on its own (a malformed one refused
     in its place, the others stored), answered in order, the acks of consecutive stored
     entries in one ``acks`` frame; a team message's entry delivers it, a repeat folds."""
-    team = await team_new()
-    impl = await spawn(api, team["lead"], "alpha", "implementer")
-    agent = Agent(impl)
-    await agent.connect("running")
+    team, agent = await team_with_session(api, "implementer", "running")
     sent = await api.ok(team["lead"], "send_message", target="implementer", message="look at task-1")
     steer = (await agent.expect("steer"))["message"]
     delivers = {"kind": "user_message", "text": steer["content"],
@@ -341,10 +329,7 @@ async def test_a_tool_frame_carries_the_entries_its_call_comes_after(api):
 async def test_an_entries_frame_may_carry_the_status_after_them(api):
     """``entries`` with ``status`` (the welcome names ``entries_status``): the status is set
     as a ``status`` frame right after them would set it, once they are stored."""
-    team = await team_new()
-    impl = await spawn(api, team["lead"], "alpha", "implementer")
-    agent = Agent(impl)
-    await agent.connect("running")
+    _, agent = await team_with_session(api, "implementer", "running")
     await agent.send({"type": "entries", "status": "idle", "entries": [
         {"id": "t-start", "kind": "turn_start"}, {"id": "t-end", "kind": "turn_end"}]})
     assert (await agent.expect("acks"))["acks"] == [{"entry_id": "t-start", "folded": False},

@@ -268,6 +268,16 @@ async def spawn(api: Api, lead_token: str, team: str, name: str, prompt: str = "
     return await token_for(team, name)
 
 
+async def team_with_session(api: Api, member: str, status: str = "running") -> tuple[dict, Agent]:
+    """A new team ``alpha`` (``team_new``) whose lead spawned ``member`` (no first turn), and an
+    agent session of that member connected with ``status``: the team and the session, which
+    the test closes."""
+    team = await team_new()
+    session = Agent(await spawn(api, team["lead"], "alpha", member))
+    await session.connect(status)
+    return team, session
+
+
 async def manage_json(*args: str) -> dict:
     """``manage.py ARGS --json`` run in this process on the test database (a database
     thread, as the in-process clients' calls are): what it printed, read as JSON."""
