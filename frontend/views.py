@@ -113,4 +113,13 @@ def static_file(request, path):
         raise Http404(path)
     response = serve(request, path, document_root=root)
     response.headers["Cache-Control"] = "no-cache"
+    if response.streaming:
+        # Read here, on the view's thread (a static file is small), and handed to daphne as
+        # an asynchronous iterator: Django's ASGI handler warns about a synchronous one on
+        # every response (and then reads it whole on a thread anyway).
+        response.streaming_content = _whole(b"".join(response.streaming_content))
     return response
+
+
+async def _whole(body: bytes):
+    yield body

@@ -292,3 +292,25 @@ def test_a_message_delivered_while_the_snapshot_is_read_shows_in_one_column_only
     # The next read sees the delivery.
     lane = next(m for m in selectors.team_snapshot(team=team)["members"] if m["name"] == "implementer")
     assert [m["id"] for m in lane["messages"]["delivered"]] == [sent.id] and lane["counts"]["delivered"] == 1
+
+
+@pytest.mark.django_db
+async def test_a_static_file_reaches_an_asgi_server_whole_and_without_a_warning():
+    """Django's ASGI handler (what daphne runs) warns about a synchronous streaming body."""
+    import warnings
+    from pathlib import Path
+
+    import httpx
+    from django.core.handlers.asgi import ASGIHandler
+
+    transport = httpx.ASGITransport(app=ASGIHandler())
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            js = await client.get("/static/frontend/dashboard.js")
+            fresh = await client.get("/static/frontend/dashboard.js", headers={"If-Modified-Since": js.headers["Last-Modified"]})
+    assert [str(w.message) for w in caught] == []
+    expected = (Path(__file__).parents[2] / "frontend/static/frontend/dashboard.js").read_bytes()
+    assert js.status_code == 200 and js.content == expected and int(js.headers["Content-Length"]) == len(expected)
+    assert js.headers["Cache-Control"] == "no-cache" and "javascript" in js.headers["Content-Type"]
+    assert fresh.status_code == 304
