@@ -51,7 +51,15 @@ def states(events: list[pb.StreamResponse]) -> list[str]:
 
 
 def artifact_texts(events: list[pb.StreamResponse]) -> list[str]:
-    return [p.text for e in events if e.HasField("artifact_update") for p in e.artifact_update.artifact.parts if p.text]
+    """The texts of the artifacts a stream carried: in artifact updates, or in its task
+    itself when the task was final already as the stream first showed it (a turn that
+    ended between the send and the send's read of its task, as on a loaded machine)."""
+    artifacts = [
+        a for e in events for a in (
+            [e.artifact_update.artifact] if e.HasField("artifact_update") else e.task.artifacts if e.HasField("task") else []
+        )
+    ]
+    return [p.text for a in artifacts for p in a.parts if p.text]
 
 
 # --- in-process: the A2A bindings as raw HTTP on the real ASGI application ------------------------
