@@ -25,11 +25,9 @@ import httpx
 
 from steerboard_agents import tracing
 from steerboard_protocol.crash import CrashPoints
-from steerboard_protocol.tools import KEYED_TOOLS, TEAM_TOOLS
+from steerboard_protocol.tools import KEYED_TOOLS
 
 log = logging.getLogger(__name__)
-
-
 
 _crashes = CrashPoints("STEERBOARD_AGENTS_CRASH_AT")
 
