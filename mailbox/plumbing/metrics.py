@@ -32,6 +32,7 @@ from django.db.models import Count, Min
 from prometheus_client import CollectorRegistry, exposition, gc_collector, platform_collector, process_collector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from mailbox.plumbing import runtime
 from mailbox.models import PENDING_STATES, UNDELIVERED, HostPresence, LogKind, SessionPresence, TeamMessage
 from teams.models import Member, Team, status_of
 
@@ -313,8 +314,9 @@ def scraper_allowed(address: str) -> bool:
     return any(ip in ipaddress.ip_network(network, strict=False) for network in allowed)
 
 
+@runtime.on_reset
 def reset() -> None:
-    """Forget this process's counts (tests)."""
+    """Forget this process's counts (the ids of a test's teams come back in the next one's database)."""
     with _lock:
         for counts in (_sent, _transitions, _tool_calls, _refusals):
             counts.clear()

@@ -4,7 +4,6 @@ One entry's JSON at most MAX_ENTRY_BYTES, at most MAX_ENTRIES_PER_REQUEST entrie
 in one POST (or unacknowledged on one websocket), at most HISTORY_BYTES_PER_MINUTE
 bytes a minute per member; every refusal is a 4xx (or an ``error`` frame) with a
 code, stores nothing of the refused entry and keeps what came before it."""
-import asyncio
 import threading
 
 import pytest
@@ -16,15 +15,6 @@ from mailbox.plumbing import quota
 from tests.support.inproc import Agent, spawn, team_new
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_buckets():
-    quota.history.clear()
-    quota.requests.clear()
-    yield
-    quota.history.clear()
-    quota.requests.clear()
 
 
 def bearer(token: str) -> dict:

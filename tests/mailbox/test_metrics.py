@@ -13,11 +13,6 @@ from tests.support.inproc import Agent, person, spawn, team_new, token_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(autouse=True)
-def _counts_afresh():
-    metrics.reset()  # ids of an earlier test's teams come back after its tables were emptied
-
-
 def samples(text: str) -> dict[tuple, float]:
     """(sample name, sorted labels) -> value."""
     out = {}
