@@ -23,12 +23,16 @@ def test_the_lane_shows_the_members_activity_with_its_age_and_a_stall_needs_atte
     coder = agents(server, inproc_env.manage_json("member_token", "doing", "coder")["token"], "idle")
     expect(lane.locator("[data-activity]")).to_have_attribute("data-activity", "idle")
     expect(lane.locator("[data-activity] time[data-activity-since]")).to_have_attribute("data-ago", "for {age}")
+    # Idle with no reason is what the status pill says already: not said twice.
+    expect(lane.locator("[data-status-label]")).to_have_text("idle")
+    expect(lane.locator("[data-activity]")).to_be_hidden()
 
     coder.status("running")
     coder.entry("turn_start", turn_id="t1", step=0, cause="steer")
     coder.entry("tool_call", turn_id="t1", step=0, call_id="c1", tool="team_task_list", arguments={})
     working = lane.locator('[data-activity="working"]')
     expect(working).to_contain_text("team_task_list")
+    expect(working).to_be_visible()
     expect(working.locator("time[data-activity-since]")).to_contain_text("for ")
     screenshot(page, "activity-1-working")
 

@@ -337,9 +337,11 @@ const ACTIVITY_LABEL = {
   inactive: "inactive", stalled: "stalled", failed: "failed", retired: "retired",
 };
 
-function activityLine(activity) {
+function activityLine(activity, status) {
   if (!activity) return null;
-  return h("span", { class: `activity activity-${activity.state} small`, "data-activity": activity.state },
+  // An activity that is the status itself, with no reason, would only say the status pill again.
+  const repeats = activity.state === status && !activity.detail;
+  return h("span", { class: `activity activity-${activity.state} small`, "data-activity": activity.state, hidden: repeats ? true : null },
     h("span", { class: `pill activity-pill activity-${activity.state}` }, ACTIVITY_LABEL[activity.state] || activity.state),
     activity.detail ? h("span", { class: "activity-detail", "data-activity-detail": "" }, ` ${activity.detail} `) : " ",
     timeAgo(activity.since, "for {age}", { class: "muted", "data-activity-since": "" }));
@@ -398,7 +400,7 @@ function lane(team, member, canAct, openState, color, laneOpen = false) {
         href: `/a2a/${encodeURIComponent(team)}/${encodeURIComponent(member.name)}/.well-known/agent-card.json` }, "A2A card"),
       h("span", { class: `pill status status-${member.status}`, "data-status-label": "" }, member.status),
       timeAgo(member.status_changed_at, "for {age}", { class: "small muted", "data-status-since": "" }),
-      activityLine(member.activity),
+      activityLine(member.activity, member.status),
       usageBadge(member.usage),
       h("span", { class: "current-turn", "data-current-turn": turn ? turn.turn_id : "" },
         turn ? [`${turn.kind === "prompt" ? "prompt turn" : "turn"} · step ${turn.step} · since `, timeAgo(turn.started_at, "{age}")] : (member.status === "running" ? "turn starting" : "")),
