@@ -165,7 +165,9 @@ def test_a_team_retry_moves_the_stuck_messages_and_says_how_many(inproc_env, ser
     panel = page.locator("[data-attention-panel]")
     expect(panel.locator('[data-attention="message"]')).to_have_count(3)
 
-    panel.locator('[data-action="retry-team"]').click()
+    retry_all = panel.locator('[data-action="retry-team"]')
+    expect(retry_all).to_be_visible()
+    retry_all.click()
     expect(panel.locator("[data-retry-team-status]")).to_have_attribute("data-retried", "3")
     # The retry pushed each again: the session now takes them into its history.
     ids = {m["message_id"] for m in sent}
@@ -176,6 +178,7 @@ def test_a_team_retry_moves_the_stuck_messages_and_says_how_many(inproc_env, ser
     for message in pushed.values():
         _integrate(coder, message)
     expect(panel.locator('[data-attention="message"]')).to_have_count(0)
+    expect(retry_all).to_be_hidden()  # nothing stuck: nothing to retry
     lane = page.locator('[data-member="coder"]')
     expect(lane.locator('[data-count="delivered"]')).to_have_text("3")
 
