@@ -18,5 +18,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
-handler404 = "mailbox.transports.api.errors.not_found"
+handler404 = "frontend.views.not_found"  # a page for a browser, the API's JSON for the rest
 handler500 = "mailbox.transports.api.errors.server_error"

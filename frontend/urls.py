@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 from frontend import console_views, views
 
@@ -9,6 +10,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.team_list, name="team-list"),
     path("teams.json", views.team_list_json, name="team-list-json"),
+    path("teams/", RedirectView.as_view(pattern_name="team-list")),  # the list is the front page
     path("teams/<str:team>/", views.team_page, name="team-page"),
     path("teams/<str:team>/snapshot.json", views.team_snapshot_json, name="team-snapshot"),
     path("teams/<str:team>/charts.json", views.team_charts_json, name="team-charts"),

@@ -16,6 +16,7 @@ from django.views.static import serve
 from accounts.authentication import token_or_login_required
 from accounts.operators import is_operator
 from frontend import charts, selectors
+from mailbox.transports.api import errors as api_errors
 from mailbox.transports.api.errors import error_json
 from teams import selectors as team_selectors
 from teams.errors import ErrorCode, TeamError
@@ -123,3 +124,18 @@ def static_file(request, path):
 
 async def _whole(body: bytes):
     yield body
+
+
+# The paths whose clients are programs: they get the API's JSON error whatever they accept.
+_PROGRAM_PATHS = ("/api/", "/mcp", "/a2a/", "/ws/", "/static/", "/metrics", "/healthz", "/readyz")
+
+
+@content_security_policy
+def not_found(request, exception=None):
+    """A page a browser asked for that does not exist (a team that is gone, a mistyped
+    address) is answered with a page that leads back to the teams; everything else, as
+    the API answers it: ``NOT_FOUND`` in JSON."""
+    wants_page = "text/html" in request.headers.get("Accept", "") and not request.path.startswith(_PROGRAM_PATHS)
+    if wants_page and not request.path.endswith(".json"):
+        return render(request, "404.html", {"path": request.path}, status=404)
+    return api_errors.not_found(request, exception)

@@ -114,6 +114,21 @@ def test_team_page_forbids_inline_script_and_unknown_team_is_404(client):
     assert client.get("/teams/nope/snapshot.json").status_code == 404
 
 
+def test_a_missing_page_is_a_page_for_a_browser_and_the_apis_json_for_a_program(client):
+    _team()
+    client.force_login(_user("viewer", operator=False))
+    browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+    page = client.get("/teams/nope/", HTTP_ACCEPT=browser)
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
+    assert b"/teams/nope/" in page.content and b'<a href="/">All teams</a>' in page.content
+    assert "script-src 'self'" in page["Content-Security-Policy"]
+    for path, accept in [("/teams/nope/", ""), ("/teams/nope/snapshot.json", browser), ("/api/v1/nothing", browser)]:
+        answer = client.get(path, HTTP_ACCEPT=accept)
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == "NOT_FOUND", path
+    # The team list is the front page; its old-looking address leads there.
+    assert client.get("/teams/")["Location"] == "/"
+
+
 def test_module_and_stylesheet_are_served_by_django(client):
     js = client.get("/static/frontend/dashboard.js")
     assert js.status_code == 200 and "javascript" in js["Content-Type"]
