@@ -40,14 +40,20 @@ def task_of(events: list[pb.StreamResponse]) -> pb.Task:
     return next(e.task for e in events if e.HasField("task"))
 
 
-def states(events: list[pb.StreamResponse]) -> list[str]:
+def statuses(events: list[pb.StreamResponse]) -> list[pb.TaskStatus]:
+    """The task's statuses a stream carried, in order: its task's own (the first event; on a
+    loaded machine it may already be past SUBMITTED), then each status update's."""
     out = []
     for event in events:
         if event.HasField("task"):
-            out.append(state_name(event.task.status.state))
+            out.append(event.task.status)
         elif event.HasField("status_update"):
-            out.append(state_name(event.status_update.status.state))
+            out.append(event.status_update.status)
     return out
+
+
+def states(events: list[pb.StreamResponse]) -> list[str]:
+    return [state_name(status.state) for status in statuses(events)]
 
 
 def artifact_texts(events: list[pb.StreamResponse]) -> list[str]:

@@ -18,6 +18,7 @@ from tests.delegation.support import (
     message,
     state_name,
     states,
+    statuses,
     task_of,
 )
 from tests.e2e.test_keyless_cold_resume import spawn_worker, status_of
@@ -46,9 +47,13 @@ async def test_a_member_answers_a_delegated_task_with_the_keyless_models_answer(
             assert "bearer" in card.security_schemes and [s.id for s in card.skills] == ["worker"]
 
             events = await collect(client.send_message(message("Please review the plan.")))
-            assert states(events)[0] == "TASK_STATE_SUBMITTED"
-            assert states(events)[-1] == "TASK_STATE_COMPLETED"
-            assert "TASK_STATE_WORKING" in states(events)
+            # The journey in order. The first state is the task as the send read it back: on a
+            # loaded machine its turn may have ended by then; a stream that showed it waiting
+            # shows it working before its end.
+            seen = states(events)
+            steps = iter(["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"])
+            assert all(state in steps for state in seen) and seen[-1] == "TASK_STATE_COMPLETED", seen
+            assert seen[0] != "TASK_STATE_SUBMITTED" or "TASK_STATE_WORKING" in seen, seen
             answer = "worker: noted the message from planner@a2a."
             assert artifact_texts(events) == [answer]
             task_id, context_id = task_of(events).id, task_of(events).context_id
@@ -233,8 +238,8 @@ async def test_a_stream_follows_its_task_through_input_required_to_its_answer(in
 
             following = asyncio.create_task(follow())
             await asyncio.wait_for(asked.wait(), 60)
-            waiting = next(e.status_update for e in reversed(events) if e.HasField("status_update"))
-            assert waiting.status.message.parts[0].text == "Drop the old table too?"
+            waiting = statuses(events)[-1]
+            assert waiting.message.parts[0].text == "Drop the old table too?"
 
             _, answering = await client_for(h, f"{served.url}/a2a/asking/worker", streaming=False)
             answer = message("yes")
