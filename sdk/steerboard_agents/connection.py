@@ -58,6 +58,10 @@ async def run_reconnecting(
     replaced meanwhile is tried at once). ``on_lost`` runs after each connection, however it ended."""
     url = ws_url(client.server, path)
     backoff = 0.1
+    # Until the first connection, a failure is most likely a wrong --server or a server not
+    # started yet: said once where it shows by default (later losses are the server's restarts,
+    # said at INFO, with -v).
+    connected = warned = False
     while stopping is None or not stopping.is_set():
         sent_token = client.token
         try:
@@ -70,6 +74,9 @@ async def run_reconnecting(
                 **connect_options,
             ) as ws:
                 backoff = 0.1
+                if warned and not connected:
+                    log.warning("%s websocket: connected to %s", label, url)
+                connected = True
                 await client._converse(ws)
         except InvalidStatus as exc:
             status = exc.response.status_code
@@ -77,8 +84,10 @@ async def run_reconnecting(
                 if client.token == sent_token:  # a token replaced meanwhile is tried next
                     raise refused(status)
             log.info("%s websocket refused: %s", label, exc)
+            warned = warned or _first_failure(connected, label, url, exc)
         except (OSError, WebSocketException, asyncio.TimeoutError, ValueError) as exc:
             log.info("%s websocket lost: %r", label, exc)
+            warned = warned or _first_failure(connected, label, url, exc)
         finally:
             if on_lost is not None:
                 on_lost()
@@ -86,3 +95,11 @@ async def run_reconnecting(
             return
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, client.max_backoff)
+
+
+def _first_failure(connected: bool, label: str, url: str, exc: Exception) -> bool:
+    """Say that the first connection failed (once; answers whether it said so)."""
+    if connected:
+        return False
+    log.warning("%s websocket: cannot connect to %s (%s); trying again until it answers", label, url, exc or type(exc).__name__)
+    return True
