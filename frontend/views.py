@@ -7,6 +7,7 @@ import functools
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
+from django.core.handlers.asgi import ASGIRequest
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -114,7 +115,7 @@ def static_file(request, path):
         raise Http404(path)
     response = serve(request, path, document_root=root)
     response.headers["Cache-Control"] = "no-cache"
-    if response.streaming:
+    if response.streaming and isinstance(request, ASGIRequest):
         # Read here, on the view's thread (a static file is small), and handed to daphne as
         # an asynchronous iterator: Django's ASGI handler warns about a synchronous one on
         # every response (and then reads it whole on a thread anyway).
@@ -127,7 +128,7 @@ async def _whole(body: bytes):
 
 
 # The paths whose clients are programs: they get the API's JSON error whatever they accept.
-_PROGRAM_PATHS = ("/api/", "/mcp", "/a2a/", "/ws/", "/static/", "/metrics", "/healthz", "/readyz")
+_PROGRAM_PATHS = ("/api/", "/mcp", "/a2a/", "/.well-known/", "/ws/", "/static/", "/metrics", "/healthz", "/readyz")
 
 
 @content_security_policy
@@ -137,5 +138,6 @@ def not_found(request, exception=None):
     the API answers it: ``NOT_FOUND`` in JSON."""
     wants_page = "text/html" in request.headers.get("Accept", "") and not request.path.startswith(_PROGRAM_PATHS)
     if wants_page and not request.path.endswith(".json"):
-        return render(request, "404.html", {"path": request.path}, status=404)
+        me = _viewer(request) if request.user.is_authenticated else None
+        return render(request, "404.html", {"path": request.path, "me": me}, status=404)
     return api_errors.not_found(request, exception)

@@ -88,7 +88,7 @@ async def _pass_loop(woken: asyncio.Event, interval: float, work, what: str, *, 
             await to_db_thread(work)()
         except Exception as exc:
             if outage.noted(exc, what) is None:
-                log.warning("%s failed; trying again", what, exc_info=True)
+                log.warning("%s failed; trying again %s", what, "soon" if until_it_lands else "next interval", exc_info=True)
             if until_it_lands:
                 await asyncio.sleep(OUTAGE_BEAT_INTERVAL)
                 woken.set()

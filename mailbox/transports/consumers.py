@@ -179,6 +179,7 @@ class _JsonFrames(LeanConsumer):
         try:
             quota.sockets_admit(open_sockets)
         except TeamError as exc:
+            self._detached = True  # it holds nothing yet, however the refusal below ends
             await self.refused(exc, CLOSE_TOO_MANY)
             return False
         return True

@@ -101,5 +101,5 @@ def _first_failure(connected: bool, label: str, url: str, exc: Exception) -> boo
     """Say that the first connection failed (once; answers whether it said so)."""
     if connected:
         return False
-    log.warning("%s websocket: cannot connect to %s (%s); trying again until it answers", label, url, exc or type(exc).__name__)
+    log.warning("%s websocket: cannot connect to %s (%s); trying again until it answers", label, url, str(exc) or type(exc).__name__)
     return True

@@ -19,7 +19,7 @@ def test_an_operator_clicks_an_option_and_the_answer_reaches_the_asking_agent(
     inproc_env, served_thread, page, agents, browser
 ):
     server = served_thread
-    lead = team_with_coder(inproc_env, server, "asking")
+    team_with_coder(inproc_env, server, "asking")
     coder_token = inproc_env.manage_json("member_token", "asking", "coder")["token"]
     coder = agents(server, coder_token, "running")
     operator_opens_team(page, inproc_env, server, "asking")

@@ -121,6 +121,7 @@ def test_a_missing_page_is_a_page_for_a_browser_and_the_apis_json_for_a_program(
     page = client.get("/teams/nope/", HTTP_ACCEPT=browser)
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
     assert b"/teams/nope/" in page.content and b'<a href="/">All teams</a>' in page.content
+    assert b'data-role="viewer">viewer \xc2\xb7 viewer<' in page.content  # who is signed in, as on every page
     assert "script-src 'self'" in page["Content-Security-Policy"]
     for path, accept in [("/teams/nope/", ""), ("/teams/nope/snapshot.json", browser), ("/api/v1/nothing", browser)]:
         answer = client.get(path, HTTP_ACCEPT=accept)
@@ -130,7 +131,13 @@ def test_a_missing_page_is_a_page_for_a_browser_and_the_apis_json_for_a_program(
 
 
 def test_module_and_stylesheet_are_served_by_django(client):
-    js = client.get("/static/frontend/dashboard.js")
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # served synchronously too (config/wsgi.py)
+        warnings.simplefilter("always")
+        js = client.get("/static/frontend/dashboard.js")
+        assert b"".join(js.streaming_content)
+    assert [str(w.message) for w in caught] == []
     assert js.status_code == 200 and "javascript" in js["Content-Type"]
     css = client.get("/static/frontend/dashboard.css")
     assert css.status_code == 200 and css["Content-Type"].startswith("text/css")
