@@ -136,8 +136,8 @@ def not_found(request, exception=None):
     """A page a browser asked for that does not exist (a team that is gone, a mistyped
     address) is answered with a page that leads back to the teams; everything else, as
     the API answers it: ``NOT_FOUND`` in JSON."""
-    wants_page = "text/html" in request.headers.get("Accept", "") and not request.path.startswith(_PROGRAM_PATHS)
-    if wants_page and not request.path.endswith(".json"):
+    program = request.path.startswith(_PROGRAM_PATHS) or request.path.endswith(".json")
+    if "text/html" in request.headers.get("Accept", "") and not program:
         me = _viewer(request) if request.user.is_authenticated else None
         return render(request, "404.html", {"path": request.path, "me": me}, status=404)
     return api_errors.not_found(request, exception)

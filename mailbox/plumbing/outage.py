@@ -188,7 +188,7 @@ def _counted(record: logging.LogRecord) -> bool:
     """A request that failed because the database was out of reach is answered 503 and
     counted; Django would also log its traceback (django.request), once per request. The
     count says it; the "Service Unavailable" line stays."""
-    return bool(record.exc_info) and record.exc_info[1] is not None and unavailable(record.exc_info[1]) is not None
+    return unavailable(record.exc_info[1] if record.exc_info else None) is not None
 
 
 def install_log_filter() -> None:
